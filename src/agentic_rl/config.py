@@ -1,0 +1,266 @@
+"""Typed configs: one dataclass per stage, loaded from YAML and overridden by CLI flags.
+
+Every stage module defines a ``@dataclass`` config whose fields carry a ``help`` string in their metadata
+(``field(default=..., metadata={"help": "..."})``). This module turns such a dataclass into:
+
+* ``load_config(Config, yaml_path, overrides)`` — YAML values, then overrides; an unknown key or a value of the
+  wrong type is a :class:`ConfigError` that names the key (a silently ignored setting is the worst defect a
+  training tool can have);
+* ``add_config_arguments(parser, Config)`` — one ``--flag`` per field, with the field's help;
+* ``config_to_dict`` / ``save_config`` — the resolved config, written into every run directory.
+
+Field metadata understood here: ``help`` (required for a good ``--help``), ``flag`` (the CLI name when it differs
+from the field name, e.g. ``reward`` for a ``rewards`` list), ``positional`` (a positional CLI argument),
+``choices`` (allowed values).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from agentic_rl.errors import ConfigError
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Type handling
+# ---------------------------------------------------------------------------------------------------------------
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    """``Optional[X]`` / ``X | None`` -> (X, True); anything else -> (tp, False)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return args[0], True
+    return tp, False
+
+
+def _type_name(tp: Any) -> str:
+    inner, optional = _unwrap_optional(tp)
+    name = getattr(inner, "__name__", str(inner))
+    if typing.get_origin(inner) in (list, dict):
+        name = str(inner).replace("typing.", "")
+    return f"{name} or null" if optional else name
+
+
+def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
+    """Check (and, for CLI strings, convert) ``value`` against the annotation ``tp``."""
+    inner, optional = _unwrap_optional(tp)
+    if value is None or (from_string and optional and str(value).lower() in ("none", "null")):
+        if optional:
+            return None
+        raise ConfigError(f"config key '{key}' must be {_type_name(tp)}, got null")
+    origin = typing.get_origin(inner)
+    if origin is list:
+        (item_tp,) = typing.get_args(inner) or (str,)
+        if from_string and isinstance(value, str):
+            value = [v for v in value.split(",") if v != ""]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key '{key}' must be a list, got {type(value).__name__} {value!r}")
+        return [_coerce(f"{key}[{i}]", v, item_tp, from_string) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}' must be a mapping, got {type(value).__name__} {value!r}")
+        return dict(value)
+    if inner is Any:
+        return value
+    if inner is bool:
+        if isinstance(value, bool):
+            return value
+        if from_string and str(value).lower() in ("true", "1", "yes", "on"):
+            return True
+        if from_string and str(value).lower() in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"config key '{key}' must be true or false, got {value!r}")
+    if inner is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"config key '{key}' must be an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if from_string:
+            try:
+                return int(str(value))
+            except ValueError:
+                pass
+        raise ConfigError(f"config key '{key}' must be an integer, got {value!r}")
+    if inner is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"config key '{key}' must be a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):  # YAML reads "1e-5" as a string; accept plain numeric strings everywhere
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"config key '{key}' must be a number, got {value!r}")
+    if inner is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"config key '{key}' must be a string, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _check_choices(key: str, value: Any, f: dataclasses.Field) -> None:
+    choices = f.metadata.get("choices")
+    if choices and value is not None and value not in choices:
+        raise ConfigError(f"config key '{key}' must be one of {', '.join(map(str, choices))}; got {value!r}")
+
+
+def _fields(cls: type) -> dict[str, dataclasses.Field]:
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        f.type = hints[f.name]
+        out[f.name] = f
+    return out
+
+
+def _unknown_key_error(key: str, known: list[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"unknown config key '{key}' in {where}{hint}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------------------------
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of config keys, got {type(data).__name__}")
+    return data
+
+
+def config_from_dict(cls: type[T], values: dict[str, Any], *, from_string: bool = False, where: str = "config") -> T:
+    """Build ``cls`` from ``values``; unknown keys and wrong types raise :class:`ConfigError` naming the key."""
+    fields = _fields(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        name = key.replace("-", "_")
+        if name not in fields:
+            raise _unknown_key_error(key, list(fields), where)
+        f = fields[name]
+        if dataclasses.is_dataclass(f.type) and isinstance(value, dict):
+            kwargs[name] = config_from_dict(f.type, value, from_string=from_string, where=f"{where}.{name}")
+            continue
+        coerced = _coerce(name, value, f.type, from_string)
+        _check_choices(name, coerced, f)
+        kwargs[name] = coerced
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid {where}: {exc}") from None
+
+
+def load_config(cls: type[T], yaml_path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                *, section: str | None = None) -> T:
+    """YAML file values (optionally one ``section`` of it), then ``overrides`` (CLI flags, already typed)."""
+    values: dict[str, Any] = {}
+    where = cls.__name__
+    if yaml_path:
+        data = read_yaml(yaml_path)
+        if section is not None and section in data and isinstance(data[section], dict):
+            data = data[section]
+        values.update(data)
+        where = f"{yaml_path}"
+    values.update(overrides or {})
+    return config_from_dict(cls, values, where=where)
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def save_config(config: Any, path: str | Path) -> Path:
+    """Write the resolved config as YAML (the file loads back with ``load_config``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    return path
+
+
+def format_config(config: Any, title: str | None = None) -> str:
+    """A readable block of every resolved setting, printed at the start of each stage."""
+    data = config_to_dict(config)
+    width = max((len(k) for k in data), default=0)
+    lines = [f"== {title or type(config).__name__} (resolved) =="]
+    for key, value in data.items():
+        lines.append(f"  {key:<{width}} : {json.dumps(value) if isinstance(value, (list, dict)) else value}")
+    return "\n".join(lines)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One CLI flag per config field. Defaults are suppressed so that only flags the user gives override YAML."""
+    for name, f in _fields(cls).items():
+        help_text = f.metadata.get("help", "")
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
+        if f.metadata.get("positional"):
+            inner, _ = _unwrap_optional(f.type)
+            nargs = "*" if typing.get_origin(inner) is list else "?"
+            parser.add_argument(name, nargs=nargs, default=argparse.SUPPRESS, help=help_text,
+                                choices=f.metadata.get("choices"))
+            continue
+        flag = f.metadata.get("flag", name)
+        opts = [f"--{flag.replace('_', '-')}"]
+        if "_" in flag:
+            opts.append(f"--{flag}")
+        inner, _ = _unwrap_optional(f.type)
+        shown = f"{help_text} (default: {default})" if help_text else f"(default: {default})"
+        if inner is bool:
+            parser.add_argument(*opts, dest=name, action="store_const", const="true", default=argparse.SUPPRESS,
+                                help=shown)
+            parser.add_argument(f"--no-{flag.replace('_', '-')}", dest=name, action="store_const", const="false",
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        elif typing.get_origin(inner) is list and "flag" in f.metadata:
+            parser.add_argument(*opts, dest=name, action="append", default=argparse.SUPPRESS, metavar="VALUE",
+                                help=f"{shown}; repeat the flag for several values")
+        else:
+            parser.add_argument(*opts, dest=name, default=argparse.SUPPRESS, metavar=_type_name(f.type).upper(),
+                                help=shown, choices=f.metadata.get("choices"))
+
+
+def config_from_args(cls: type[T], args: argparse.Namespace, yaml_path: str | Path | None = None,
+                     *, section: str | None = None) -> T:
+    """Merge a YAML file with the flags that were given on the command line (strings, converted here)."""
+    fields = _fields(cls)
+    overrides: dict[str, Any] = {}
+    for name, f in fields.items():
+        if hasattr(args, name):
+            overrides[name] = _coerce(name, getattr(args, name), f.type, from_string=True)
+            _check_choices(name, overrides[name], f)
+    values: dict[str, Any] = {}
+    where = cls.__name__
+    if yaml_path:
+        data = read_yaml(yaml_path)
+        if section is not None and isinstance(data.get(section), dict):
+            data = data[section]
+        values.update(data)
+        where = str(yaml_path)
+    values.update(overrides)
+    return config_from_dict(cls, values, where=where)

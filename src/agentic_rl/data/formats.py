@@ -1,0 +1,86 @@
+"""The one prompt builder and answer format shared by SFT, GRPO and evaluation.
+
+Answer format (what the model learns to write)::
+
+    48 / 2 = 24
+    48 + 24 = 72
+    Final Answer: 72
+
+one reasoning step per line, then exactly one ``Final Answer: N`` line. Prompts are conversational (a list of
+``{"role", "content"}`` messages) so TRL and our evaluator render them with the model's own chat template; because
+all three stages call :func:`build_prompt`, the tokens a model is trained on after the prompt are generated from the
+very same prompt tokens at evaluation time.
+
+Row formats (exactly these fields):
+
+* SFT: ``prompt`` (system + user messages), ``completion`` (one assistant message), optional ``text``.
+* RL:  ``question``, ``prompt`` (system + user messages), ``ground_truth`` (number as a string), ``full_answer``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+SYSTEM_PROMPT = (
+    "Solve the math word problem. Write one reasoning step per line, "
+    "then finish with a last line of the form 'Final Answer: N'."
+)
+FINAL_ANSWER_PREFIX = "Final Answer:"
+
+# GSM8K's calculator annotations, e.g. "<<48/2=24>>".
+CALC_ANNOTATION = re.compile(r"<<[^<>]*>>")
+
+
+def build_prompt(question: str, system_prompt: str | None = SYSTEM_PROMPT) -> list[dict[str, str]]:
+    """The conversational prompt every stage uses: an optional system message, then the question."""
+    messages = []
+    if system_prompt:
+        messages.append({"role": "system", "content": system_prompt})
+    messages.append({"role": "user", "content": question.strip()})
+    return messages
+
+
+def format_solution(steps: list[str], final_answer: str) -> str:
+    """Steps one per line, then the final-answer line (the completion text the model learns to write)."""
+    lines = [s.strip() for s in steps if s.strip()]
+    lines.append(f"{FINAL_ANSWER_PREFIX} {final_answer}")
+    return "\n".join(lines)
+
+
+def completion_message(solution: str) -> list[dict[str, str]]:
+    """The completion as TRL's conversational prompt-completion format wants it: one assistant message.
+
+    The end-of-sequence token is appended by the chat template / TRL when the row is tokenized, so the model learns
+    to stop after the final answer.
+    """
+    return [{"role": "assistant", "content": solution}]
+
+
+def sft_row(question: str, steps: list[str], final_answer: str, *, system_prompt: str | None = SYSTEM_PROMPT,
+            with_text: bool = False) -> dict[str, Any]:
+    solution = format_solution(steps, final_answer)
+    row: dict[str, Any] = {"prompt": build_prompt(question, system_prompt), "completion": completion_message(solution)}
+    if with_text:
+        row["text"] = solution
+    return row
+
+
+def rl_row(question: str, ground_truth: str, full_answer: str, *,
+           system_prompt: str | None = SYSTEM_PROMPT) -> dict[str, Any]:
+    return {"question": question, "prompt": build_prompt(question, system_prompt),
+            "ground_truth": ground_truth, "full_answer": full_answer}
+
+
+def chat_template_kwargs(enable_thinking: bool = False) -> dict[str, Any]:
+    """Extra arguments for ``apply_chat_template``: Qwen3 "thinking" is off unless asked for.
+
+    Templates that do not know ``enable_thinking`` ignore it.
+    """
+    return {"enable_thinking": enable_thinking}
+
+
+def render_prompt(tokenizer, messages: list[dict[str, str]], *, enable_thinking: bool = False) -> str:
+    """The prompt string exactly as generation sees it (chat template + generation prompt)."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                         **chat_template_kwargs(enable_thinking))

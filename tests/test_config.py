@@ -1,0 +1,71 @@
+from dataclasses import dataclass, field
+
+import pytest
+
+from agentic_rl.cli import build_parser, main
+from agentic_rl.config import config_from_args, load_config, save_config
+from agentic_rl.errors import ConfigError
+
+
+@dataclass
+class ToyConfig:
+    learning_rate: float = field(default=1e-5, metadata={"help": "peak learning rate"})
+    steps: int = field(default=10, metadata={"help": "optimizer steps"})
+    use_lora: bool = field(default=True, metadata={"help": "train a LoRA adapter"})
+    rewards: list[str] = field(default_factory=lambda: ["accuracy:1.0"], metadata={"help": "rewards", "flag": "reward"})
+    output_dir: str | None = field(default=None, metadata={"help": "run directory"})
+    loss_type: str = field(default="grpo", metadata={"help": "loss", "choices": ["grpo", "dapo"]})
+
+
+def test_yaml_then_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("learning_rate: 3e-4\nsteps: 5\nuse_lora: false\n")
+    cfg = load_config(ToyConfig, path, {"steps": 7})
+    assert cfg.learning_rate == pytest.approx(3e-4)
+    assert cfg.steps == 7 and cfg.use_lora is False
+
+
+def test_unknown_key_names_the_key_and_suggests(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("lerning_rate: 1e-4\n")
+    with pytest.raises(ConfigError, match="lerning_rate.*did you mean 'learning_rate'"):
+        load_config(ToyConfig, path)
+
+
+@pytest.mark.parametrize("key,value", [("steps", "ten"), ("steps", 1.5), ("use_lora", "maybe"), ("rewards", 3),
+                                       ("learning_rate", "fast")])
+def test_wrong_type_names_the_key(tmp_path, key, value):
+    with pytest.raises(ConfigError, match=key):
+        load_config(ToyConfig, None, {key: value})
+
+
+def test_choices_are_enforced():
+    with pytest.raises(ConfigError, match="loss_type"):
+        load_config(ToyConfig, None, {"loss_type": "ppo"})
+
+
+def test_resolved_config_round_trips(tmp_path):
+    cfg = load_config(ToyConfig, None, {"steps": 3, "rewards": ["accuracy:1.0", "format:0.2"]})
+    path = save_config(cfg, tmp_path / "config.yaml")
+    assert load_config(ToyConfig, path) == cfg
+
+
+def test_cli_flags_override_yaml(tmp_path):
+    import argparse
+
+    from agentic_rl.config import add_config_arguments
+
+    path = tmp_path / "c.yaml"
+    path.write_text("steps: 5\nlearning_rate: 0.1\n")
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, ToyConfig)
+    args = parser.parse_args(["--steps", "9", "--no-use-lora", "--reward", "a:1", "--reward", "b:2"])
+    cfg = config_from_args(ToyConfig, args, yaml_path=path)
+    assert (cfg.steps, cfg.learning_rate, cfg.use_lora, cfg.rewards) == (9, 0.1, False, ["a:1", "b:2"])
+
+
+def test_top_level_help_lists_every_stage(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    for command in ["data", "pretrain", "sft", "grpo", "eval", "quickstart", "pipeline", "tune", "export", "serve"]:
+        assert command in out
