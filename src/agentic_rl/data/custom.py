@@ -1,0 +1,241 @@
+"""Any task dataset -> canonical task rows: the synthetic task, GSM8K, or your own file / hub dataset.
+
+``load_task_dataset(source, split, ...)`` is the one entry point the stages use. ``source`` is
+
+* a registered name: ``synthetic`` (the embedded task, deterministic train/test), ``synthetic:multiplication``
+  (the tool-use variant), ``gsm8k`` (the hub's ``openai/gsm8k``), or one added with :func:`register_dataset`;
+* ``module:function`` — your own function ``fn(split, seed) -> list[dict] | datasets.Dataset``;
+* a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file, or a folder holding ``train``/``test`` files;
+* a hub dataset id (``hub_config`` picks its config; ``openai/gsm8k`` uses ``main``).
+
+Columns are mapped by name: ``question_field`` (or ``prompt_field``: a string or a message list, whose last user
+message is the question) and ``answer_field`` (or ``completion_field``) holding a GSM8K-style answer (``... #### N``),
+our format (``... Final Answer: N``) or a bare number; ``ground_truth_field`` names a column with the final answer
+(then the answer column is optional: prompt/ground-truth datasets for RL). Without a mapping the usual names are
+tried (question/prompt/problem, answer/completion/solution, ground_truth/final_answer).
+
+Every row comes out as ``question``, ``answer`` (as given), ``ground_truth`` (normalised number), ``num_steps``,
+``steps`` and ``solution`` (our answer format) — the same as :func:`agentic_rl.data.load_gsm8k` — so
+:func:`~agentic_rl.data.to_sft_dataset` and :func:`~agentic_rl.data.to_rl_dataset` work on any source.
+
+Invalid rows are a one-line :class:`DataError` naming file, row and field: a missing field, an empty question or
+answer, or (with ``numeric_ground_truth``, the default, needed by the numeric accuracy reward) a ground truth that
+is not a number. ``max_samples`` draws that many rows at random with ``seed`` (not the first N).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from functools import partial
+from typing import Any, Callable
+
+from agentic_rl.data.formats import CALC_ANNOTATION, FINAL_ANSWER_PREFIX, format_solution
+from agentic_rl.data.gsm8k import (
+    GSM8K_HUB_ID,
+    Records,
+    _looks_like_path,
+    is_number,
+    normalize_number,
+    parse_gsm8k_answer,
+    read_records,
+    rows_to_dataset,
+    sample_indices,
+)
+from agentic_rl.data.synthetic import synthetic_splits
+from agentic_rl.errors import ConfigError, DataError
+
+QUESTION_NAMES = ("question", "prompt", "problem", "input", "query")
+ANSWER_NAMES = ("answer", "completion", "solution", "output", "response")
+GROUND_TRUTH_NAMES = ("ground_truth", "final_answer", "label", "target")
+_FINAL_LINE = re.compile(rf"^\s*{re.escape(FINAL_ANSWER_PREFIX)}\s*(.*?)\s*$", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Registry: name -> fn(split, seed, **options) -> raw rows
+# ---------------------------------------------------------------------------------------------------------------
+
+def _synthetic_source(split: str, seed: int, *, train_size: int = 2000, test_size: int = 200,
+                      **knobs) -> list[dict[str, Any]]:
+    if split not in ("train", "test"):
+        raise DataError(f"the synthetic dataset has splits 'train' and 'test', not '{split}'")
+    try:
+        train, test = synthetic_splits(train_size if split == "train" else 0, test_size, seed, **knobs)
+    except TypeError as exc:
+        raise ConfigError(f"unknown synthetic option ({exc})") from None
+    return train if split == "train" else test
+
+
+def _gsm8k_source(split: str, seed: int) -> Records:
+    return read_records(GSM8K_HUB_ID, split, hub_config="main")
+
+
+DATASETS: dict[str, Callable[..., Any]] = {
+    "synthetic": _synthetic_source,
+    "synthetic:multiplication": partial(_synthetic_source, kind="multiplication", max_steps=2),
+    "gsm8k": _gsm8k_source,
+}
+
+
+def register_dataset(name: str, fn: Callable[..., Any]) -> None:
+    """Make ``fn(split, seed) -> list[dict] | datasets.Dataset`` available as ``source=name``."""
+    DATASETS[name] = fn
+
+
+def _records_from(value: Any, origin: str, split: str) -> Records:
+    if isinstance(value, Records):
+        return value
+    rows = value.to_list() if hasattr(value, "to_list") else list(value)
+    if not all(isinstance(r, dict) for r in rows):
+        raise DataError(f"{origin}: the dataset function must return a list of dicts or a datasets.Dataset")
+    return Records(rows, origin, [f"{origin}[{split}] row {i + 1}" for i in range(len(rows))])
+
+
+def _resolve_source(source: str, split: str, seed: int, hub_config: str | None,
+                    options: dict[str, Any]) -> Records:
+    if source in DATASETS:
+        return _records_from(DATASETS[source](split, seed, **options), source, split)
+    if options:
+        raise ConfigError(f"synthetic options ({', '.join(options)}) only apply to source 'synthetic', not {source!r}")
+    if ":" in source and not _looks_like_path(source):
+        module_name, _, fn_name = source.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module_name), fn_name)
+        except (ImportError, AttributeError) as exc:
+            raise DataError(f"cannot import dataset function '{source}' ({exc})") from None
+        return _records_from(fn(split, seed), source, split)
+    if source == GSM8K_HUB_ID and hub_config is None:
+        hub_config = "main"
+    return read_records(source, split, hub_config=hub_config)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One row
+# ---------------------------------------------------------------------------------------------------------------
+
+def _message_text(value: Any, role: str) -> Any:
+    """A message list's last ``role`` message content; anything else unchanged."""
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "content" in m for m in value):
+        for message in reversed(value):
+            if message.get("role") == role:
+                return message["content"]
+        return value[-1]["content"]
+    return value
+
+
+def parse_answer_text(text: str, keep_annotations: bool = False) -> tuple[list[str], str | None]:
+    """Steps and final answer from a GSM8K answer (``#### N``), our format (``Final Answer: N``) or a bare number.
+
+    The final answer is ``None`` when the text has none of the three (the steps are then all its lines).
+    """
+    if "####" in text:
+        parsed = parse_gsm8k_answer(text, keep_annotations=keep_annotations)
+        return parsed["steps"], parsed["final_answer"]
+    lines = [" ".join((line if keep_annotations else CALC_ANNOTATION.sub("", line)).split())
+             for line in text.splitlines()]
+    lines = [line for line in lines if line]
+    for i in range(len(lines) - 1, -1, -1):
+        m = _FINAL_LINE.match(lines[i])
+        if m and m.group(1):
+            return lines[:i], normalize_number(m.group(1))
+    if len(lines) == 1 and is_number(lines[0]):
+        return [], normalize_number(lines[0])
+    return lines, None
+
+
+def _pick(columns: dict[str, Any], explicit: str | None, names: tuple[str, ...]) -> str | None:
+    if explicit:
+        return explicit
+    return next((n for n in names if n in columns), None)
+
+
+def _mapping_hint() -> str:
+    return "map your columns with --question-field/--answer-field (or --prompt-field/--completion-field, " \
+           "--ground-truth-field)"
+
+
+def task_row(raw: dict[str, Any], where: str, *, question_field: str | None = None, answer_field: str | None = None,
+             ground_truth_field: str | None = None, numeric_ground_truth: bool = True,
+             keep_annotations: bool = False) -> dict[str, Any]:
+    """Validate one raw row and turn it into a canonical task row (see the module docstring)."""
+    columns = ", ".join(map(str, raw)) or "none"
+    q_name = _pick(raw, question_field, QUESTION_NAMES)
+    if q_name is None or q_name not in raw:
+        raise DataError(f"{where}: missing field '{q_name or 'question'}' (columns: {columns}); {_mapping_hint()}")
+    question = _message_text(raw[q_name], "user")
+    if not isinstance(question, str) or not question.strip():
+        raise DataError(f"{where}: field '{q_name}' (the question) is empty")
+
+    a_name = _pick(raw, answer_field, ANSWER_NAMES)
+    g_name = _pick(raw, ground_truth_field, GROUND_TRUTH_NAMES if a_name is None else ())
+    if a_name is not None and a_name not in raw:
+        raise DataError(f"{where}: missing field '{a_name}' (columns: {columns}); {_mapping_hint()}")
+    if g_name is not None and g_name not in raw:
+        raise DataError(f"{where}: missing field '{g_name}' (columns: {columns}); {_mapping_hint()}")
+    if a_name is None and g_name is None:
+        raise DataError(f"{where}: missing field 'answer' (columns: {columns}); {_mapping_hint()}")
+
+    answer, steps, final = "", [], None
+    if a_name is not None:
+        answer = _message_text(raw[a_name], "assistant")
+        answer = "" if answer is None else str(answer)
+        if not answer.strip() and g_name is None:
+            raise DataError(f"{where}: field '{a_name}' (the answer) is empty")
+        if answer.strip():
+            try:
+                steps, final = parse_answer_text(answer, keep_annotations=keep_annotations)
+            except DataError as exc:
+                raise DataError(f"{where}: field '{a_name}': {exc}") from None
+    if g_name is not None:
+        value = raw[g_name]
+        if value is None or not str(value).strip():
+            raise DataError(f"{where}: field '{g_name}' (the ground truth) is empty")
+        final = normalize_number(str(value))
+    elif final is None:
+        raise DataError(f"{where}: field '{a_name}': no final answer found (expected '#### N', "
+                        f"'{FINAL_ANSWER_PREFIX} N' or a number); or name a column with --ground-truth-field")
+    if numeric_ground_truth and not is_number(final):
+        field = g_name or a_name
+        raise DataError(f"{where}: field '{field}': ground truth {final!r} is not a number (the numeric accuracy "
+                        "reward needs one; set numeric_ground_truth false for a custom reward)")
+    return {"question": question.strip(), "answer": answer, "ground_truth": final, "num_steps": len(steps),
+            "steps": steps, "solution": format_solution(steps, final)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Public entry point
+# ---------------------------------------------------------------------------------------------------------------
+
+def load_task_dataset(source: str = "synthetic", split: str = "train", *, question_field: str | None = None,
+                      answer_field: str | None = None, prompt_field: str | None = None,
+                      completion_field: str | None = None, ground_truth_field: str | None = None,
+                      max_samples: int | None = None, seed: int = 0, numeric_ground_truth: bool = True,
+                      keep_annotations: bool = False, hub_config: str | None = None,
+                      synthetic_seed: int = 0, synthetic_train_size: int = 2000, synthetic_test_size: int = 200,
+                      **synthetic_knobs):
+    """Canonical task rows (``question answer ground_truth num_steps steps solution``) as a ``datasets.Dataset``.
+
+    ``seed`` only drives the ``max_samples`` draw (and registered / ``module:function`` sources). The synthetic
+    task is generated from ``synthetic_seed`` (default 0), kept apart from ``seed`` so that runs with different
+    training seeds train and evaluate on the same problems: its test split depends on ``synthetic_seed`` and
+    ``synthetic_test_size`` alone and never shares a question with its train split. ``synthetic_knobs``
+    (``kind``, ``min_steps``, ``max_steps``, ``max_operand``, ``max_factor``, ``max_answer``, ``ops``, ``digits``;
+    see :func:`agentic_rl.data.synthetic.generate_synthetic`) apply to the synthetic sources only.
+    """
+    if question_field and prompt_field:
+        raise ConfigError("give question_field or prompt_field, not both")
+    if answer_field and completion_field:
+        raise ConfigError("give answer_field or completion_field, not both")
+    options = dict(synthetic_knobs)
+    source_seed = seed
+    if source.startswith("synthetic"):
+        options.update(train_size=synthetic_train_size, test_size=synthetic_test_size)
+        source_seed = synthetic_seed
+    records = _resolve_source(source, split, source_seed, hub_config, options)
+    if not records.rows:
+        raise DataError(f"{records.origin}: no rows in split '{split}'")
+    rows = [task_row(records.rows[i], records.where(i), question_field=question_field or prompt_field,
+                     answer_field=answer_field or completion_field, ground_truth_field=ground_truth_field,
+                     numeric_ground_truth=numeric_ground_truth, keep_annotations=keep_annotations)
+            for i in sample_indices(len(records.rows), max_samples, seed)]
+    return rows_to_dataset(rows)

@@ -1,0 +1,163 @@
+"""The embedded synthetic task: deterministic, arithmetically right, GSM8K-shaped, disjoint splits."""
+
+import re
+from collections import Counter
+
+import pytest
+
+from agentic_rl.data.synthetic import (
+    arithmetic_corpus,
+    generate_synthetic,
+    multiplication_task,
+    synthetic_splits,
+)
+from agentic_rl.errors import ConfigError
+
+ANNOTATED_LINE = re.compile(r"^(\d+) ([-+*/]) (\d+) = <<(\d+)([-+*/])(\d+)=(\d+)>>(\d+)$")
+EQUATION = re.compile(r"^(\d+) ([-+*/]) (\d+) = (\d+)$")
+
+
+def _exact(a: int, op: str, b: int) -> int | None:
+    """The exact integer result of ``a op b`` (None when division is not exact), computed without eval."""
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    return a // b if b and a % b == 0 else None
+
+
+def check_row(row, *, max_answer=None, min_steps=1, max_steps=3):
+    """Every annotation right, the text equals the annotation, steps chained, #### equals the last result."""
+    assert set(row) == {"question", "answer"}
+    assert row["question"].endswith("?")
+    lines = row["answer"].split("\n")
+    assert lines[-1].startswith("#### ")
+    final = int(lines[-1][5:])
+    steps = lines[:-1]
+    assert min_steps <= len(steps) <= max_steps, row
+    previous = None
+    for line in steps:
+        m = ANNOTATED_LINE.match(line)
+        assert m, f"not an annotated step: {line!r}"
+        a, op, b, a2, op2, b2, c_ann, c_text = m.groups()
+        assert (a, op, b, c_ann) == (a2, op2, b2, c_text)
+        result = _exact(int(a), op, int(b))
+        assert result is not None and result == int(c_ann) and result >= 0, line
+        if max_answer is not None:
+            assert result <= max_answer
+        if previous is not None:  # each step after the first continues from the previous result
+            assert int(a) == previous or op == "*" and int(b) == previous, row
+        previous = result
+    assert final == previous
+    return steps, final
+
+
+def test_rows_are_arithmetically_right_and_gsm8k_shaped():
+    rows = generate_synthetic(1500, seed=3)
+    assert len(rows) == 1500
+    assert len({r["question"] for r in rows}) == 1500
+    counts = Counter()
+    for row in rows:
+        steps, final = check_row(row, max_answer=150)
+        counts[len(steps)] += 1
+        for line in steps:
+            counts[line.split()[1]] += 1
+        # every operand that is not the previous result is mentioned in the question
+        first = EQUATION.match(ANNOTATED_LINE.sub(lambda m: f"{m[1]} {m[2]} {m[3]} = {m[8]}", steps[0]))
+        assert first and first[1] in re.findall(r"\d+", row["question"])
+    # all step counts and all four operations occur in useful amounts
+    assert all(counts[k] > 300 for k in (1, 2, 3)), counts
+    assert all(counts[op] > 150 for op in "+-*/"), counts
+
+
+def test_determinism_by_seed():
+    assert generate_synthetic(200, seed=11) == generate_synthetic(200, seed=11)
+    assert generate_synthetic(200, seed=11) != generate_synthetic(200, seed=12)
+    assert generate_synthetic(50, seed=11) == generate_synthetic(200, seed=11)[:50]
+
+
+def test_templates_entities_and_names_vary():
+    rows = generate_synthetic(800, seed=0)
+    names = Counter(r["question"].split()[0] for r in rows)
+    assert len(names) > 30
+    endings = Counter(r["question"].rsplit(".", 1)[-1].strip() for r in rows)
+    assert len(endings) > 100  # question sentences differ by entity, owner and phrasing
+    assert any("$" in r["question"] for r in rows)
+
+
+@pytest.mark.parametrize("knobs", [
+    {"min_steps": 1, "max_steps": 1},
+    {"min_steps": 4, "max_steps": 5, "max_answer": 400},
+    {"ops": ("+", "-"), "max_operand": 20, "max_answer": 60},
+    {"ops": ("*", "/"), "max_factor": 5, "max_answer": 500},
+])
+def test_knobs_control_steps_ops_and_sizes(knobs):
+    rows = generate_synthetic(300, seed=1, **knobs)
+    ops = set()
+    for row in rows:
+        steps, _ = check_row(row, max_answer=knobs.get("max_answer", 150), min_steps=knobs.get("min_steps", 1),
+                             max_steps=knobs.get("max_steps", 3))
+        for line in steps:
+            a, op, b = line.split()[:3]
+            ops.add(op)
+            if op in "+-" and "max_operand" in knobs:
+                assert int(b) <= knobs["max_operand"]
+            if op in "*/" and "max_factor" in knobs and line is not steps[0]:
+                assert int(b) <= knobs["max_factor"]
+    assert ops <= set(knobs.get("ops", "+-*/"))
+    if "ops" in knobs:
+        assert ops == set(knobs["ops"])
+
+
+def test_splits_are_disjoint_deterministic_and_test_is_stable():
+    train, test = synthetic_splits(2000, 300, seed=5)
+    assert len(train) == 2000 and len(test) == 300
+    assert not {r["question"] for r in train} & {r["question"] for r in test}
+    train2, test2 = synthetic_splits(500, 300, seed=5)
+    assert test2 == test  # the evaluation set does not depend on the training size
+    assert synthetic_splits(2000, 300, seed=5) == (train, test)
+    assert synthetic_splits(2000, 300, seed=6)[1] != test
+
+
+def test_multiplication_task_needs_a_real_multiplication():
+    rows = multiplication_task(300, seed=2)
+    assert rows == generate_synthetic(300, seed=2, kind="multiplication", min_steps=1, max_steps=2, max_operand=50)
+    for row in rows:
+        steps, final = check_row(row, min_steps=1, max_steps=2)
+        a, op, b = steps[0].split()[:3]
+        assert op == "*" and 10 <= int(a) <= 99 and 10 <= int(b) <= 99
+        assert a in row["question"] and b in row["question"]
+    assert sum(len(check_row(r, max_steps=2)[0]) == 2 for r in rows) > 50
+    three = multiplication_task(50, seed=2, digits=3, max_steps=1)
+    assert all(len(r["answer"].split()[0]) == 3 for r in three)
+
+
+def test_arithmetic_corpus_teaches_arithmetic_not_the_task_format():
+    _, test = synthetic_splits(0, 200, seed=0)
+    lines = arithmetic_corpus(3000, seed=0, exclude=[r["question"] for r in test])
+    assert len(lines) == 3000
+    assert lines == arithmetic_corpus(3000, seed=0, exclude=[r["question"] for r in test])
+    equations = [line for line in lines if EQUATION.match(line)]
+    sentences = [line for line in lines if not EQUATION.match(line)]
+    assert 0.2 < len(sentences) / len(lines) < 0.4
+    for line in equations:
+        a, op, b, c = EQUATION.match(line).groups()
+        assert _exact(int(a), op, int(b)) == int(c), line
+    for line in lines:
+        assert "\n" not in line and "Final Answer" not in line and "####" not in line and "<<" not in line
+    assert not set(sentences) & {r["question"] for r in test}
+    assert {line.split()[1] for line in equations} == set("+-*/")
+    # chains: consecutive equation lines where the second starts from the first's result
+    chained = sum(1 for x, y in zip(lines, lines[1:])
+                  if EQUATION.match(x) and EQUATION.match(y) and y.split()[0] == x.split()[-1])
+    assert chained > 200
+    assert "6 * 7 = 42" in set(arithmetic_corpus(20000, seed=1))
+
+
+@pytest.mark.parametrize("knobs", [{"kind": "division"}, {"min_steps": 3, "max_steps": 2}, {"ops": ("%",)},
+                                   {"max_operand": 1}])
+def test_bad_knobs_are_config_errors(knobs):
+    with pytest.raises(ConfigError):
+        generate_synthetic(5, **knobs)
