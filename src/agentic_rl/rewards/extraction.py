@@ -1,0 +1,523 @@
+"""Answer extraction and the one parse-and-compare function shared by training rewards and evaluation.
+
+A completion ends with ``Final Answer: N`` (see :mod:`agentic_rl.data.formats`). :func:`extract_answer` reads it:
+
+* **strict** mode reads only explicit final-answer markers: ``Final Answer: N`` (also ``final answer is N``,
+  any case, markdown bold allowed), GSM8K's ``#### N`` and LaTeX ``\\boxed{N}``;
+* **lenient** mode does the same and, when there is no marker at all, falls back to the last number in the text.
+
+On a marker line the answer is the first number after the marker, or after the last ``=`` on that line when there is
+one (``Final Answer: 48 + 24 = 72`` -> ``72``); a marker with nothing after it on its line reads the next line.
+Numbers may carry thousands commas, ``$``, ``%``, units (``18 dollars``), decimals (``.5``), a sign, a simple
+fraction (``3/4``) or LaTeX (``\\frac{3}{4}``, ``1{,}234``, ``\\text{...}``). Answers are returned normalised
+(``"1234.5"``, ``"0.75"``, ``"-5"``, ``"72"`` for ``72.0``).
+
+**Anti-gaming rules.** If the markers of one completion state two different answers, the completion has no answer
+(``None``) in both modes: a policy cannot hedge by writing several finals. A final answer followed by more text or
+numbers keeps the marked answer (the trailing numbers never replace it). Text inside a closed ``<think>...</think>``
+block is ignored. All patterns are linear-time (no nested quantifiers that can backtrack), and scanning is bounded,
+so a 1 MB completion is read in milliseconds.
+
+:func:`is_correct` is THE comparison used by :class:`~agentic_rl.rewards.AccuracyReward` and by the evaluator, so the
+reward a model is trained on and the accuracy we report cannot drift apart. With ``use_math_verify=True`` a
+completion our parser rejects gets a second chance through Hugging Face's ``math_verify`` (symbolic answers such as
+``\\frac{\\sqrt{2}}{2}``); math-verify's own timeouts use ``signal.alarm``, which only works on the main thread, so
+off the main thread the check runs in a long-lived worker process that is killed when it does not answer in time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation, localcontext
+from typing import Any
+
+__all__ = [
+    "completion_text", "extract_answer", "parse_number", "answers_match", "is_correct", "find_final_answers",
+    "FinalAnswers", "FINAL_ANSWER_RE",
+]
+
+# Bounds that keep every function fast on adversarial input.
+MAX_NUMBER_DIGITS = 64        # longer digit runs are not numbers an answer could be
+MAX_MARKERS = 64              # final-answer markers read per completion (more are ignored)
+MAX_SPAN_CHARS = 300          # characters read after a marker
+MAX_BOXED_CHARS = 500         # characters scanned for the closing brace of \boxed{...}
+
+# ---------------------------------------------------------------------------------------------------------------
+# Completion text
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multimodal content parts: [{"type": "text", "text": ...}, ...]
+        return "".join(str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content)
+    return str(content)
+
+
+def completion_text(completion: Any) -> str:
+    """The text of a completion: a string as is, or the assistant messages of a TRL message list joined.
+
+    >>> completion_text([{"role": "assistant", "content": "2 + 2 = 4\\nFinal Answer: 4"}])
+    '2 + 2 = 4\\nFinal Answer: 4'
+    """
+    if completion is None:
+        return ""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return _content_text(completion.get("content"))
+    if isinstance(completion, (list, tuple)):
+        messages = [m for m in completion if isinstance(m, dict)]
+        assistant = [m for m in messages if m.get("role") == "assistant"]
+        chosen = assistant or [m for m in messages if m.get("role") is None]
+        if chosen:
+            return "\n".join(_content_text(m.get("content")) for m in chosen)
+        if not messages:
+            return "\n".join(str(m) for m in completion)
+        return ""
+    return str(completion)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Numbers
+# ---------------------------------------------------------------------------------------------------------------
+
+# One number: optional sign and "$", then 1,234,567.89 | 1234.5 | .5, then an optional "/denominator" (a simple
+# fraction, no spaces). Each alternative is a plain run of \d or of ",ddd" groups, so matching is linear.
+NUMBER_RE = re.compile(
+    r"(?=[-$.\d])(?<![\w.])"  # the lookahead lets the regex engine skip quickly to candidate characters
+    r"(?P<sign>-?\$?-?)"
+    r"(?P<num>\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+    r"(?:/(?P<den>\d+(?:\.\d+)?)(?![\d/]))?",
+    re.ASCII,
+)
+
+_LATEX_TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textrm|mbox|operatorname)\s*\{([^{}]*)\}")
+_LATEX_FRAC_RE = re.compile(r"\\[dt]?frac\s*\{\s*(-?[\d.,]+)\s*\}\s*\{\s*([\d.,]+)\s*\}", re.ASCII)
+_LATEX_FRAC_SHORT_RE = re.compile(r"\\[dt]?frac(\d)(\d)", re.ASCII)
+# what remains of LaTeX after _clean, or a power / root / pi: the text is symbolic, not a plain number
+_SYMBOLIC_RE = re.compile(r"\\[A-Za-z]|[\^\u221a\u03c0]")
+_SYMBOLIC_AFTER_RE = re.compile(r"[ \t]*(?:\\[A-Za-z]|[\^\u221a\u03c0])")
+_LATEX_DROP_RE = re.compile(r"\\left|\\right|\\[,;:! ]|\\displaystyle|\\quad|\\qquad")
+
+
+def _clean(text: str) -> str:
+    """Undo LaTeX and typography around numbers: ``\\frac{3}{4}`` -> ``3/4``, ``1{,}234`` -> ``1,234``,
+    ``−`` -> ``-``."""
+    text = text.replace("\u2212", "-").replace("\u2013", "-").replace("{,}", ",")
+    if "\\" in text:
+        text = text.replace("\\$", "$").replace("\\%", "%")
+        text = _LATEX_DROP_RE.sub("", text)
+        text = _LATEX_TEXT_RE.sub(r" \1 ", text)
+        text = _LATEX_FRAC_RE.sub(r"\1/\2", text)
+        text = _LATEX_FRAC_SHORT_RE.sub(r"\1/\2", text)
+    return text
+
+
+def _token_value(match: re.Match) -> Decimal | None:
+    """The value of one NUMBER_RE match, or None (too long, or not finite)."""
+    num = match.group("num").replace(",", "")
+    den = match.group("den")
+    if len(num) > MAX_NUMBER_DIGITS or (den and len(den) > MAX_NUMBER_DIGITS):
+        return None
+    try:
+        value = Decimal(num)
+        if den is not None:
+            denominator = Decimal(den)
+            if denominator != 0:
+                with localcontext() as ctx:
+                    ctx.prec = 28
+                    value = value / denominator
+    except InvalidOperation:  # pragma: no cover - the regex only admits digits
+        return None
+    if "-" in match.group("sign"):
+        value = -value
+    return value
+
+
+def _normalise(value: Decimal) -> str:
+    """``Decimal('72.0')`` -> ``'72'``, ``Decimal('1234.50')`` -> ``'1234.5'``, ``-0`` -> ``'0'``."""
+    if value == 0:
+        return "0"
+    text = format(value.normalize(), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def _numbers(text: str) -> list[Decimal]:
+    return [v for v in (_token_value(m) for m in NUMBER_RE.finditer(text)) if v is not None]
+
+
+_DIGIT_RE = re.compile(r"\d", re.ASCII)
+
+
+def _last_number(text: str) -> Decimal | None:
+    """The last number of ``text``. Windows of text ending at the last digit not yet read are scanned from the end
+    backwards, each character at most once, so a long completion is read in milliseconds."""
+    reverse = text[::-1]
+    end = len(text)
+    while True:
+        digit = _DIGIT_RE.search(reverse, len(text) - end)
+        if digit is None:
+            return None
+        last_digit = len(text) - 1 - digit.start()
+        start = max(0, last_digit - 4096)
+        for m in reversed(list(NUMBER_RE.finditer(text, start, min(len(text), last_digit + 2)))):
+            value = _token_value(m)
+            if value is not None and (start == 0 or m.start() - start > 256):  # 256: not a cut-off number's tail
+                return value
+        if start == 0:
+            return None
+        end = start + 256
+
+
+def parse_number(s: Any) -> float | None:
+    """The value of a string holding one number (``"$1,234.50"``, ``"3/4"``, ``"\\frac{3}{4}"``, ``"18 dollars"``,
+    ``"1e3"``), else None (no number, several numbers, not finite).
+
+    >>> parse_number("$1,234.50"), parse_number("3/4"), parse_number("1 2")
+    (1234.5, 0.75, None)
+    """
+    if s is None or isinstance(s, bool):
+        return None
+    if isinstance(s, (int, float)):
+        return float(s) if math.isfinite(s) else None
+    text = str(s).strip()
+    if not text or len(text) > 10_000:
+        return None
+    try:  # plain Python floats first: "1e3", "72.0"
+        value = float(text)
+        return value if math.isfinite(value) else None
+    except ValueError:
+        pass
+    cleaned = _clean(text)
+    numbers = _numbers(cleaned)
+    if len(numbers) != 1 or _SYMBOLIC_RE.search(cleaned):
+        return None
+    value = float(numbers[0])
+    return value if math.isfinite(value) else None
+
+
+def answers_match(pred: str | None, truth: Any, rel_tol: float = 1e-6, abs_tol: float = 1e-6) -> bool:
+    """True when ``pred`` and ``truth`` are the same number: equal when both are whole numbers, else within the
+    relative or absolute tolerance.
+
+    Non-numeric ground truths fall back to a case-insensitive comparison of the stripped strings.
+
+    >>> answers_match("72", "72.0"), answers_match("0.75", "3/4"), answers_match("73", "72"), answers_match(None, "1")
+    (True, True, False, False)
+    """
+    if pred is None or truth is None:
+        return False
+    p, t = parse_number(pred), parse_number(truth)
+    if p is not None and t is not None:
+        if p.is_integer() and t.is_integer() and max(abs(p), abs(t)) < 2**53:
+            return p == t  # whole numbers are exact: 1000155 is not 1000156, whatever the relative tolerance
+        return math.isclose(p, t, rel_tol=rel_tol, abs_tol=abs_tol)
+    if p is None and t is None:
+        a, b = _plain(str(pred)), _plain(str(truth))
+        return bool(a) and a == b
+    return False
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\s+", "", text[:10_000]).strip("$.").lower()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Final-answer markers
+# ---------------------------------------------------------------------------------------------------------------
+
+# "Final Answer: 72", "**Final Answer:** 72", "final answer is 72", "Final answer = 72".
+FINAL_ANSWER_RE = re.compile(r"final[ \t]*answer[ \t*_]*(?:is\b(?!['\u2019])|[:=\uff1a])[ \t*_]*", re.IGNORECASE)
+# GSM8K's "#### 72" (only when a number-like token follows, so markdown headings "#### Step 1" are not answers).
+_HASH_RE = re.compile(r"####[ \t]*(?=[-$\\.\d])")
+# ... and only when the line is that number, perhaps with a short lowercase unit: "#### 72", "#### $1,234 dollars".
+_HASH_SPAN_RE = re.compile(r"-?\$?-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:/\d+)?(?:[ \t]*%)?(?:[ \t]+[a-z]{1,12}){0,2}"
+                           r"[ \t]*[.!]?$", re.ASCII)
+_BOXED_RE = re.compile(r"\\(?:boxed|fbox)[ \t]*\{")
+
+
+@dataclass
+class FinalAnswers:
+    """What the markers of one completion say. ``spans`` are the raw answer texts; ``values`` their numbers."""
+
+    spans: list[str] = field(default_factory=list)
+    values: list[Decimal | None] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+
+    @property
+    def distinct(self) -> list[Any]:
+        """The different answers stated (numbers compared by value, unparseable spans by their text)."""
+        seen: list[Any] = []
+        for span, value in zip(self.spans, self.values):
+            key: Any = value if value is not None else _plain(span)
+            if not any(_same(key, other) for other in seen):
+                seen.append(key)
+        return seen
+
+    @property
+    def conflict(self) -> bool:
+        return len(self.distinct) > 1
+
+    @property
+    def value(self) -> Decimal | None:
+        """The one answer, when the markers agree on a number; None if absent, conflicting or not a number."""
+        distinct = self.distinct
+        return distinct[0] if len(distinct) == 1 and isinstance(distinct[0], Decimal) else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, Decimal) and isinstance(b, Decimal):
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9) or a == b
+    return a == b
+
+
+def _line_after(text: str, start: int) -> tuple[int, int, str]:
+    """(start, end, text) of the rest of the line from ``start`` (bounded); if blank, of the next non-blank line."""
+    end = text.find("\n", start, start + MAX_SPAN_CHARS)
+    stop = end if end != -1 else min(len(text), start + MAX_SPAN_CHARS)
+    if text[start:stop].strip() or end == -1:
+        return start, stop, text[start:stop].strip()
+    nxt = end + 1
+    limit = min(len(text), nxt + MAX_SPAN_CHARS)
+    while nxt < limit and text[nxt].isspace():
+        nxt += 1
+    stop = text.find("\n", nxt, limit)
+    stop = stop if stop != -1 else limit
+    return nxt, stop, text[nxt:stop].strip()
+
+
+def _span_value(span: str) -> Decimal | None:
+    cleaned = _clean(span)
+    if "=" in cleaned:
+        cleaned = cleaned.rsplit("=", 1)[1]
+    boxed = _boxed_contents(cleaned)
+    if boxed:
+        cleaned = boxed[0][1]
+    for m in NUMBER_RE.finditer(cleaned):
+        value = _token_value(m)
+        if value is None:
+            continue
+        # "\frac{\sqrt{2}}{2}", "10^6", "2\pi": a symbolic answer, not the number it starts with
+        if _SYMBOLIC_RE.search(cleaned, 0, m.start()) or _SYMBOLIC_AFTER_RE.match(cleaned, m.end()):
+            return None
+        return value
+    return None
+
+
+def _boxed_contents(text: str) -> list[tuple[int, str]]:
+    """(position, content) of each ``\\boxed{...}`` (braces matched, bounded)."""
+    out = []
+    for n, m in enumerate(_BOXED_RE.finditer(text)):
+        if n >= MAX_MARKERS:
+            break
+        depth, i, end = 1, m.end(), min(len(text), m.end() + MAX_BOXED_CHARS)
+        while i < end:
+            ch = text[i]
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            i += 1
+        if depth == 0:
+            out.append((m.start(), text[m.end():i]))
+    return out
+
+
+def _strip_thinking(text: str) -> str:
+    close = text.rfind("</think>")
+    return text[close + len("</think>"):] if close != -1 else text
+
+
+def find_final_answers(text: str) -> FinalAnswers:
+    """Every final-answer marker of ``text`` (``Final Answer:``, ``####``, ``\\boxed{}``) with its span and value."""
+    text = _strip_thinking(text)
+    found: list[tuple[int, str]] = []
+    covered: list[tuple[int, int]] = []  # a \boxed{} inside a "Final Answer:" line is the same answer, not a second
+    for regex in (FINAL_ANSWER_RE, _HASH_RE):
+        for n, m in enumerate(regex.finditer(text)):
+            if n >= MAX_MARKERS:
+                break
+            start, stop, span = _line_after(text, m.end())
+            if regex is _HASH_RE and not _HASH_SPAN_RE.match(_clean(span)):
+                continue  # "#### 1. Understand the problem" is a markdown heading, not GSM8K's "#### 72"
+            found.append((m.start(), span))
+            covered.append((start, stop))
+    for pos, content in _boxed_contents(text):
+        if not any(start <= pos < stop for start, stop in covered):
+            found.append((pos, content.strip()))
+    found.sort(key=lambda item: item[0])
+    result = FinalAnswers()
+    for pos, span in found:
+        if not span:
+            continue
+        result.positions.append(pos)
+        result.spans.append(span)
+        result.values.append(_span_value(span))
+    return result
+
+
+def _extract(text: str, mode: str) -> tuple[Decimal | None, FinalAnswers]:
+    finals = find_final_answers(text)
+    if finals.spans or mode == "strict":
+        return finals.value, finals
+    return _last_number(_clean(_strip_thinking(text))), finals
+
+
+def extract_answer(text: Any, mode: str = "strict") -> str | None:
+    """The final answer of a completion as a normalised number string, or None.
+
+    >>> extract_answer("48 / 2 = 24\\n48 + 24 = 72\\nFinal Answer: 72")
+    '72'
+    >>> extract_answer("Final Answer: $1,234.50"), extract_answer("The answer is \\\\boxed{\\\\frac{3}{4}}")
+    ('1234.5', '0.75')
+    >>> extract_answer("so we get 18 dollars"), extract_answer("so we get 18 dollars", mode="lenient")
+    (None, '18')
+    >>> extract_answer("Final Answer: 5\\nFinal Answer: 6") is None  # two different answers: no answer
+    True
+    """
+    if mode not in ("strict", "lenient"):
+        raise ValueError(f"mode must be 'strict' or 'lenient', got {mode!r}")
+    value, _ = _extract(completion_text(text), mode)
+    return None if value is None else _normalise(value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The shared parse-and-compare
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def is_correct(completion: Any, ground_truth: Any, mode: str = "strict", use_math_verify: bool = False,
+               rel_tol: float = 1e-6, abs_tol: float = 1e-6) -> bool:
+    """Whether a completion's final answer equals the ground truth. Never raises on any completion text.
+
+    Used by :class:`~agentic_rl.rewards.AccuracyReward` and by evaluation alike.
+
+    >>> is_correct("48 + 24 = 72\\nFinal Answer: 72", "72"), is_correct("Final Answer: 73", "72")
+    (True, False)
+    """
+    if mode not in ("strict", "lenient"):
+        raise ValueError(f"mode must be 'strict' or 'lenient', got {mode!r}")
+    text = completion_text(completion)
+    value, finals = _extract(text, mode)
+    if finals.conflict or ground_truth is None:
+        return False
+    if value is not None and answers_match(_normalise(value), str(ground_truth), rel_tol, abs_tol):
+        return True
+    if not use_math_verify:
+        return False
+    if finals.spans:
+        candidate = finals.spans[0]
+    elif mode == "lenient":
+        candidate = _strip_thinking(text)[-MAX_SPAN_CHARS:]
+    else:
+        return False
+    return math_verify_match(candidate, str(ground_truth))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# math-verify (optional second opinion for symbolic answers)
+# ---------------------------------------------------------------------------------------------------------------
+
+MATH_VERIFY_TIMEOUT = 2           # seconds per math-verify parse / verify call (whole seconds: signal.alarm)
+MATH_VERIFY_MAX_CHARS = 1000      # longer candidate texts are cut to their end
+MATH_VERIFY_STARTUP_S = 30.0      # extra wait for the worker process (its start-up imports sympy)
+
+_mv_lock = threading.Lock()
+_mv_worker: Any = None  # the subprocess.Popen of agentic_rl.rewards._math_verify_worker, started on first use
+
+
+def _math_verify_compare(candidate: str, truth: str, timeout: int | None) -> bool:
+    """math-verify in the current thread; a ``timeout`` in seconds needs the main thread (``signal.alarm``)."""
+    import logging
+
+    from math_verify import parse, verify
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+    def parse_any(text: str) -> list:
+        # math-verify reads LaTeX only between delimiters: try the text as is, then wrapped in $...$
+        parsed = parse(text, parsing_timeout=timeout)
+        if not parsed and "$" not in text:
+            parsed = parse(f"${text}$", parsing_timeout=timeout)
+        return parsed
+
+    gold = parse_any(truth)
+    pred = parse_any(candidate) if gold else []
+    if not gold or not pred:
+        return False
+    return bool(verify(gold, pred, timeout_seconds=timeout))
+
+
+def _worker_process() -> Any:
+    global _mv_worker
+    if _mv_worker is None or _mv_worker.poll() is not None:
+        import atexit
+        import os
+        import subprocess
+        import sys
+
+        import agentic_rl
+
+        env = dict(os.environ)
+        src = os.path.dirname(os.path.dirname(os.path.abspath(agentic_rl.__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
+        _mv_worker = subprocess.Popen([sys.executable, "-m", "agentic_rl.rewards._math_verify_worker"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      text=True, bufsize=1, env=env)
+        atexit.unregister(_stop_worker)
+        atexit.register(_stop_worker)
+    return _mv_worker
+
+
+def _stop_worker() -> None:
+    global _mv_worker
+    if _mv_worker is not None:
+        _mv_worker.kill()
+        _mv_worker.wait()
+        _mv_worker = None
+
+
+def math_verify_match(candidate: str, truth: str, timeout: int = MATH_VERIFY_TIMEOUT) -> bool:
+    """math-verify's verdict on ``candidate`` vs ``truth``; False on any error or timeout. Safe on any thread.
+
+    On the main thread math-verify's own ``signal.alarm`` timeouts apply. Elsewhere (signal handlers cannot be set
+    off the main thread) the check goes to one long-lived worker process (``python -m
+    agentic_rl.rewards._math_verify_worker``, not ``multiprocessing``, so the caller's ``__main__`` is never
+    re-run); a check that does not answer in time kills that process, and the next check starts a fresh one.
+    """
+    candidate = str(candidate)[-MATH_VERIFY_MAX_CHARS:]
+    truth = str(truth)[:MATH_VERIFY_MAX_CHARS]
+    timeout = max(1, int(timeout))
+    if threading.current_thread() is threading.main_thread():
+        try:
+            return _math_verify_compare(candidate, truth, timeout)
+        except Exception:  # noqa: BLE001 - includes math-verify's TimeoutException
+            return False
+    import json
+    import select
+
+    with _mv_lock:  # one check at a time through the worker
+        try:
+            worker = _worker_process()
+            worker.stdin.write(json.dumps([candidate, truth, timeout]) + "\n")
+            worker.stdin.flush()
+            # five timed steps at most (4 parses, 1 verify) plus the worker's start-up on first use
+            ready, _, _ = select.select([worker.stdout], [], [], max(0.0, 5 * timeout + MATH_VERIFY_STARTUP_S))
+            if not ready:
+                _stop_worker()
+                return False
+            return worker.stdout.readline().strip() == "1"
+        except (OSError, ValueError):  # the worker died: start afresh next time
+            _stop_worker()
+            return False

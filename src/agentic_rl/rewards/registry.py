@@ -1,0 +1,198 @@
+"""Rewards by name, with parameters and weights, plus user rewards loaded from ``module:function``.
+
+A reward **spec** is one string::
+
+    name                         accuracy                    built-in reward, weight 1.0
+    name:WEIGHT                  format:0.2                  built-in reward with a weight
+    name(key=value,...)          length(alpha=0.002,target_length=300)
+    name(key=value,...):WEIGHT   step(beta=0.05):0.5
+    module:function              my_pkg.rewards:brevity      a user reward (any importable callable)
+    module:function:WEIGHT       my_pkg.rewards:brevity:0.3
+    module:function(k=v):WEIGHT  my_pkg.rewards:Brevity(limit=100):0.3
+
+The syntax is unambiguous because a weight is always the last ``:``-field and parses as a number, while a
+user reward always has a ``:`` between module and attribute (a Python name never parses as a number), and a
+built-in name never contains ``:``. Parameter values are read as YAML scalars (``0.01``, ``true``, ``lenient``,
+``null``). A user target that is a class is instantiated with the parameters; a function given parameters gets
+them bound as keyword arguments. Any mistake is a :class:`ConfigError` that names the spec.
+
+>>> funcs, weights = build_rewards(["accuracy", "format:0.2", "length(alpha=0.01)"])
+>>> [f.__name__ for f in funcs], weights
+(['accuracy', 'format', 'length'], [1.0, 0.2, 1.0])
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import math
+import re
+from typing import Any, Callable
+
+import yaml
+
+from agentic_rl.errors import ConfigError
+from agentic_rl.rewards.functions import (AccuracyReward, FormatReward, LengthPenaltyReward, ProcessReward,
+                                          StepReward)
+
+__all__ = ["REWARDS", "get_reward", "load_user_reward", "parse_reward_spec", "build_rewards"]
+
+REWARDS: dict[str, type] = {
+    "accuracy": AccuracyReward,
+    "length": LengthPenaltyReward,
+    "step": StepReward,
+    "format": FormatReward,
+    "process": ProcessReward,
+}
+
+_PARAM_KEY_RE = re.compile(r"^[A-Za-z_]\w*$")
+
+
+def _accepted(cls: Any) -> list[str]:
+    try:
+        return [p for p in inspect.signature(cls).parameters if p not in ("self", "completions", "kwargs")]
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return []
+
+
+def get_reward(name: str, **params: Any) -> Callable[..., list[float]]:
+    """A built-in reward by name, built with ``params`` (e.g. ``get_reward("length", alpha=0.01)``)."""
+    if name not in REWARDS:
+        raise ConfigError(f"unknown reward '{name}'; built-in rewards are {', '.join(REWARDS)} "
+                          f"(or give a user reward as module:function)")
+    cls = REWARDS[name]
+    unknown = [k for k in params if k not in _accepted(cls)]
+    if unknown:
+        raise ConfigError(f"reward '{name}' has no parameter '{unknown[0]}'; its parameters are "
+                          f"{', '.join(_accepted(cls))}")
+    try:
+        return cls(**params)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"reward '{name}': invalid parameters {params}: {exc}") from None
+
+
+def load_user_reward(target: str, **params: Any) -> Callable[..., list[float]]:
+    """Import ``module:function`` (dots allowed on both sides: ``pkg.mod:obj.attr``) as a reward callable."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"user reward '{target}' must look like module:function")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"user reward '{target}': cannot import module '{module_name}' ({exc})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"user reward '{target}': module '{module_name}' has no attribute '{attr}'")
+        obj = getattr(obj, part)
+    if inspect.isclass(obj):
+        try:
+            obj = obj(**params)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"user reward '{target}': cannot build it with {params}: {exc}") from None
+    elif params:
+        name = getattr(obj, "__name__", attr)
+        obj = functools.partial(obj, **params)  # TRL names a partial after the function it wraps
+        obj.__name__ = name  # type: ignore[attr-defined]
+    if not callable(obj):
+        raise ConfigError(f"user reward '{target}' is a {type(obj).__name__}, not a callable")
+    return obj
+
+
+class _Renamed:
+    """A reward under another name (TRL logs rewards by ``__name__``; two with the same name would collide)."""
+
+    def __init__(self, func: Callable[..., list[float]], name: str):
+        self.func = func
+        self.__name__ = name
+
+    def __call__(self, completions: Any, **kwargs: Any) -> list[float]:
+        return self.func(completions, **kwargs)
+
+
+def _parse_params(spec: str, text: str) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not _PARAM_KEY_RE.match(key):
+            raise ConfigError(f"reward spec '{spec}': parameter '{item}' must look like key=value")
+        try:
+            params[key] = yaml.safe_load(value.strip()) if value.strip() else None
+        except yaml.YAMLError:
+            params[key] = value.strip()
+    return params
+
+
+def parse_reward_spec(spec: str) -> tuple[str, dict[str, Any], float]:
+    """``"length(alpha=0.01):0.5"`` -> ``("length", {"alpha": 0.01}, 0.5)``; the target keeps ``module:function``."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"reward spec {spec!r} is empty; use name[:weight], name(key=value):weight or "
+                          f"module:function[:weight]")
+    text = spec.strip()
+    weight = 1.0
+    head, sep, tail = text.rpartition(":")
+    if sep and ")" not in tail:
+        try:
+            weight = float(tail)
+        except ValueError:
+            pass
+        else:
+            if not math.isfinite(weight):
+                raise ConfigError(f"reward spec '{spec}': weight must be a finite number, got {tail}")
+            text = head.strip()
+    params: dict[str, Any] = {}
+    if text.endswith(")"):
+        open_at = text.find("(")
+        if open_at <= 0:
+            raise ConfigError(f"reward spec '{spec}': unbalanced parentheses")
+        params = _parse_params(spec, text[open_at + 1:-1])
+        text = text[:open_at].strip()
+    if not text or "(" in text or ")" in text or " " in text:
+        raise ConfigError(f"reward spec '{spec}' is not name[:weight], name(key=value,...)[:weight] or "
+                          f"module:function[:weight]")
+    return text, params, weight
+
+
+def build_rewards(specs: list[str] | str, defaults: dict[str, Any] | None = None,
+                  ) -> tuple[list[Callable[..., list[float]]], list[float]]:
+    """Reward callables and their weights from specs (see the module docstring for the syntax).
+
+    ``defaults`` (e.g. ``{"mode": "lenient", "tokenizer": tok}``) go to each built-in reward that accepts them
+    and whose spec does not set them. Two rewards with the same ``__name__`` get ``_2``, ``_3`` suffixes so their
+    logged metrics stay apart.
+    """
+    if isinstance(specs, str):
+        specs = [specs]
+    if not specs:
+        raise ConfigError("no rewards given; e.g. --reward accuracy --reward format:0.2")
+    funcs: list[Callable[..., list[float]]] = []
+    weights: list[float] = []
+    names: set[str] = set()
+    for spec in specs:
+        target, params, weight = parse_reward_spec(spec)
+        if defaults and target in REWARDS:
+            accepted = _accepted(REWARDS[target])
+            params = {**{k: v for k, v in defaults.items() if k in accepted}, **params}
+        try:
+            func = load_user_reward(target, **params) if ":" in target else get_reward(target, **params)
+        except ConfigError as exc:
+            message = str(exc)
+            raise ConfigError(message if spec in message else f"reward spec '{spec}': {message}") from None
+        name = getattr(func, "__name__", type(func).__name__)
+        unique, k = name, 2
+        while unique in names:
+            unique, k = f"{name}_{k}", k + 1
+        if unique != name:
+            if isinstance(func, tuple(REWARDS.values())):  # our own instances: a fresh object, rename it
+                func.__name__ = unique  # type: ignore[attr-defined]
+            else:  # a user function may be shared: wrap it rather than rename it
+                func = _Renamed(func, unique)
+        names.add(unique)
+        funcs.append(func)
+        weights.append(weight)
+    return funcs, weights

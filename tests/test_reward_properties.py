@@ -1,0 +1,141 @@
+"""Property-based tests: every reward returns one finite float per completion and never raises, on thousands of
+random and adversarial strings (and 1 MB inputs, each scored in well under a second); extraction is
+self-consistent and cannot be gamed by stating a second, different final answer."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentic_rl.rewards import (AccuracyReward, CalculatorError, CombinedReward, FormatReward, LengthPenaltyReward,
+                                ProcessReward, StepReward, check_equations, count_steps, extract_answer, is_correct,
+                                parse_number, safe_eval)
+
+REWARDS = [
+    AccuracyReward(),
+    AccuracyReward(mode="lenient"),
+    LengthPenaltyReward(only_correct=False, floor=None),
+    LengthPenaltyReward(),
+    StepReward(only_correct=False),
+    StepReward(),
+    FormatReward(),
+    ProcessReward(),
+]
+COMBINED = CombinedReward(REWARDS, [1.0, 0.5, 0.1, 0.1, 0.2, 0.2, 0.3, 0.4])
+
+# Pieces that exercise every branch of the parsers: markers, LaTeX, numbers in every notation, operators,
+# braces, thinking tags, unicode look-alikes, and things that could make a regex backtrack.
+TOKENS = [
+    "Final Answer:", "final answer is", "**Final Answer:**", "####", "#### ", "\\boxed{", "\\fbox{", "{", "}", "{,}",
+    "\\frac{", "\\dfrac", "\\text{", "\\sqrt", "\\pi", "\\$", "\\%", "\\left(", "\\right)", "$", "%", "^", "=", "==",
+    "+", "-", "−", "*", "x", "×", "÷", "/", "//", "(", ")", ",", ".", "..", " ", "\t", "\n", "\n\n", "Step 1",
+    "step",
+    "0", "1", "7", "72", "72.0", ".5", "0.5", "-5", "1,234", "1,234.50", "1,2345", "3/4", "3/0", "1e308", "inf",
+    "nan", "9" * 70, "1" * 300, "0" * 40, "<think>", "</think>", "dollars", "apples", "a", "é", "٣", "１２",
+    "\x00", "\ufeff", "🙂",
+]
+adversarial = st.lists(st.sampled_from(TOKENS), max_size=60).map("".join)
+any_text = st.one_of(st.text(max_size=400), adversarial)
+messages = any_text.map(lambda t: [{"role": "assistant", "content": t}])
+truths = st.one_of(st.sampled_from(["72", "0", "-5", "0.75", "1234.5", "3/4", "abc", ""]),
+                   st.integers(-10**6, 10**6).map(str), st.text(max_size=20))
+
+
+def _check_outputs(name, values, n):
+    assert isinstance(values, list) and len(values) == n, name
+    for v in values:
+        assert isinstance(v, float) and math.isfinite(v), (name, v)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(completions=st.lists(st.one_of(any_text, messages), min_size=1, max_size=4), truth=truths)
+def test_every_reward_returns_one_float_per_completion(completions, truth):
+    truths_ = [truth] * len(completions)
+    for reward in REWARDS:
+        values = reward(completions, ground_truth=truths_)
+        _check_outputs(reward.__name__, values, len(completions))
+        if isinstance(reward, AccuracyReward):
+            assert set(values) <= {0.0, 1.0}
+        if isinstance(reward, FormatReward):
+            assert set(values) <= {0.0, 0.5, 1.0}
+        if isinstance(reward, ProcessReward):
+            assert all(0.0 <= v <= 1.0 for v in values)
+    _check_outputs("combined", COMBINED(completions, ground_truth=truths_), len(completions))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(text=any_text)
+def test_extraction_is_self_consistent_and_cannot_be_hedged(text):
+    for mode in ("strict", "lenient"):
+        answer = extract_answer(text, mode=mode)
+        if answer is None:
+            continue
+        assert parse_number(answer) is not None
+        # the extracted answer is what is_correct compares: a completion is right about its own answer
+        assert is_correct(text, answer, mode=mode)
+    strict = extract_answer(text)
+    if strict is not None:
+        # stating a second, different final answer never pays: the completion then has no answer at all
+        value = float(strict)
+        other = value + max(1.0, abs(value))
+        hedged = f"{text}\nFinal Answer: {other:.17g}"
+        assert extract_answer(hedged) is None
+        assert not is_correct(hedged, strict) and not is_correct(hedged, f"{other:.17g}")
+
+
+@settings(max_examples=1500, deadline=None)
+@given(expr=st.one_of(st.text(max_size=80), adversarial))
+def test_calculator_only_ever_raises_calculator_error(expr):
+    try:
+        value = safe_eval(expr)
+    except CalculatorError:
+        return
+    assert isinstance(value, (int, float)) and not isinstance(value, bool)
+    assert abs(value) <= 1e100
+
+
+@settings(max_examples=500, deadline=None)
+@given(a=st.integers(-10**6, 10**6), b=st.integers(-10**6, 10**6), op=st.sampled_from(["+", "-", "*"]),
+       delta=st.integers(1, 1000))
+def test_equation_checker_agrees_with_arithmetic(a, b, op, delta):
+    true = {"+": a + b, "-": a - b, "*": a * b}[op]
+    right, wrong = check_equations(f"{a} {op} {b} = {true}\n{a} {op} {b} = {true + delta}")
+    assert right.ok and right.computed == true
+    assert not wrong.ok and wrong.stated == true + delta
+
+
+def _megabyte(pieces: list[str]) -> str:
+    unit = "".join(pieces) or "x"
+    return (unit * (1_000_000 // len(unit) + 1))[:1_000_000]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(pieces=st.lists(st.sampled_from(TOKENS), min_size=1, max_size=8))
+def test_one_megabyte_inputs_score_fast(pieces):
+    text = _megabyte(pieces)
+    for reward in REWARDS:
+        start = time.perf_counter()
+        values = reward([text], ground_truth=["72"])
+        elapsed = time.perf_counter() - start
+        _check_outputs(reward.__name__, values, 1)
+        assert elapsed < 1.0, f"{reward.__name__} took {elapsed:.2f}s on 1 MB of {''.join(pieces)[:40]!r}"
+
+
+@pytest.mark.parametrize("unit", [
+    "1", "1,234", "1+1=2\n", "1+1=2=", "a=b\n", "=", " ", "\n", "-", "$", ".", "1.", "1/", "5%", "(", "x ",
+    "\\boxed{", "\\boxed{1}", "\\frac{1", "\\text{", "Final Answer: 1\n", "final", "#### 5 ", "Step 1\n",
+    "48 / 2 = 24\nFinal Answer: 72\n", "9" * 65 + " ", "<think>", "1 apples * ",
+])
+def test_known_worst_cases_of_one_megabyte(unit):
+    text = _megabyte([unit])
+    start = time.perf_counter()
+    for reward in REWARDS:
+        _check_outputs(reward.__name__, reward([text], ground_truth=["1"]), 1)
+    check_equations(text)
+    count_steps(text)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 2.0, f"all rewards together took {elapsed:.2f}s on 1 MB of {unit!r}"
