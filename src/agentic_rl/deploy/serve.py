@@ -1,0 +1,668 @@
+"""Serve a model over an OpenAI-compatible HTTP API, batching concurrent requests.
+
+    agentic-rl serve exported/                       # http://127.0.0.1:8000/v1
+    agentic-rl serve exported/ --port 9000 --api-key s3cret --max-batch-size 16
+
+Endpoints: ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /v1/chat/completions`` (``messages``, ``max_tokens``,
+``temperature``, ``top_p``, ``n``, ``stop``, ``stream`` as server-sent events, vLLM's ``chat_template_kwargs``),
+``GET /health``. Any OpenAI client
+works: ``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=...)``.
+
+How a request is answered:
+
+1. The body is validated by hand so every mistake is a 4xx JSON error in OpenAI's shape
+   (``{"error": {"message", "type", "param", "code"}}``): missing or malformed ``messages``, a bad role, a wrong type
+   or out-of-range value, an unsupported field (400); a missing or wrong API key (401); an unknown model (404).
+2. The messages are rendered with the model's own chat template (the one training used) and tokenized.
+3. The request joins a queue. A single worker thread owns the model: it takes the first waiting request, keeps
+   collecting requests for ``batch_wait_ms`` (or until ``max_batch_size`` sequences), left-pads the prompts into one
+   batch and runs one ``model.generate`` call for all of them. Per-sequence settings ride along: a logits processor
+   applies each row's temperature (0 = greedy) and top-p, and a stopping criterion ends each row at its own
+   end-of-sequence token, ``max_tokens`` or stop string while the others continue. This is *static* batching — a
+   request that arrives mid-batch waits for the next one; vLLM's continuous batching is the GPU alternative
+   (``vllm serve DIR`` serves the same exported directory with the same API).
+
+The server binds 127.0.0.1 unless ``--host`` says otherwise; with ``--api-key`` (or ``AGENTIC_RL_API_KEY``) every
+``/v1`` request needs ``Authorization: Bearer KEY``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import queue
+import secrets
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request  # at module level: FastAPI resolves the handlers' string annotations here
+
+from agentic_rl.errors import ConfigError
+from agentic_rl.utils import log, warn
+
+ROLES = ("system", "user", "assistant")
+# Fields a client may send that we accept as long as they ask for nothing we do not do.
+NEUTRAL_FIELDS = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "logit_bias": None,
+                  "parallel_tool_calls": None, "tool_choice": None, "response_format": None, "top_logprobs": None,
+                  "tools": None}
+IGNORED_FIELDS = ("user", "metadata", "store", "service_tier")  # bookkeeping fields with no effect on the output
+
+
+@dataclass
+class ServeConfig:
+    model: str = field(default="", metadata={
+        "help": "model to serve: an exported directory (agentic-rl export), any model or adapter directory, or a "
+                "run directory (searched like export)", "positional": True})
+    host: str = field(default="127.0.0.1", metadata={"help": "interface to bind; 0.0.0.0 exposes the server to the "
+                                                             "network (use an API key then)"})
+    port: int = field(default=8000, metadata={"help": "TCP port"})
+    api_key: str | None = field(default=None, metadata={
+        "help": "require 'Authorization: Bearer KEY' on /v1 requests (default: $AGENTIC_RL_API_KEY if set, else open)"})
+    served_model_name: str | None = field(default=None, metadata={
+        "help": "the model id clients pass as 'model' (default: the directory's name)"})
+    max_batch_size: int = field(default=8, metadata={"help": "most sequences generated together in one batch"})
+    batch_wait_ms: float = field(default=10.0, metadata={
+        "help": "how long the first waiting request waits for others to join its batch (milliseconds)"})
+    max_new_tokens: int = field(default=256, metadata={"help": "completion length when a request gives no max_tokens"})
+    max_tokens_limit: int = field(default=4096, metadata={"help": "largest max_tokens a request may ask for"})
+    temperature: float | None = field(default=None, metadata={
+        "help": "temperature when a request gives none (default: the model's generation_config if it samples, "
+                "else 1.0 as in OpenAI's API)"})
+    top_p: float | None = field(default=None, metadata={"help": "top_p when a request gives none (same default rule)"})
+    enable_thinking: bool = field(default=False, metadata={
+        "help": "pass enable_thinking=True to the chat template (Qwen3 reasoning mode)"})
+    device: str = field(default="auto", metadata={"help": "auto (cuda if available), cpu, cuda or cuda:N"})
+    dtype: str = field(default="auto", metadata={"help": "weights dtype; auto keeps the saved one",
+                                                  "choices": ("auto", "float32", "bfloat16", "float16")})
+    log_level: str = field(default="info", metadata={"help": "uvicorn log level",
+                                                      "choices": ("critical", "error", "warning", "info", "debug")})
+    trust_remote_code: bool = field(default=False, metadata={"help": "allow model code shipped with the checkpoint"})
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ConfigError("serve needs a MODEL directory (agentic-rl serve DIR)")
+        if self.max_batch_size < 1:
+            raise ConfigError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.batch_wait_ms < 0:
+            raise ConfigError(f"batch_wait_ms must be >= 0, got {self.batch_wait_ms}")
+        if not 1 <= self.max_new_tokens <= self.max_tokens_limit:
+            raise ConfigError(f"max_new_tokens ({self.max_new_tokens}) must be between 1 and max_tokens_limit "
+                              f"({self.max_tokens_limit})")
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"port must be between 1 and 65535, got {self.port}")
+        if self.api_key is None:
+            self.api_key = os.environ.get("AGENTIC_RL_API_KEY") or None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Request validation (OpenAI error shape)
+# ---------------------------------------------------------------------------------------------------------------
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, type_: str = "invalid_request_error",
+                 code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.type, self.code = status, message, param, type_, code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def _number(body: dict, key: str, default: float, low: float, high: float, *, low_open: bool = False) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise APIError(400, f"'{key}' must be a number, got {type(value).__name__}", key)
+    if value > high or value < low or (low_open and value == low):
+        bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
+        raise APIError(400, f"'{key}' must be in {bound}, got {value}", key)
+    return float(value)
+
+
+def _integer(body: dict, key: str, default: int, low: int, high: int) -> int:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise APIError(400, f"'{key}' must be an integer, got {type(value).__name__}", key)
+    if not low <= value <= high:
+        raise APIError(400, f"'{key}' must be between {low} and {high}, got {value}", key)
+    return value
+
+
+def _message_text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: only text parts are understood
+        texts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise APIError(400, f"{where}.content[{j}] must be a text part {{'type': 'text', 'text': ...}}",
+                               f"{where}.content")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise APIError(400, f"{where}.content must be a string or a list of text parts, got {type(content).__name__}",
+                   f"{where}.content")
+
+
+@dataclass
+class ChatRequest:
+    messages: list[dict[str, str]]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    n: int
+    stop: list[str]
+    stream: bool
+    include_usage: bool
+    template_kwargs: dict[str, Any]
+
+
+def parse_chat_request(body: Any, settings: "ServerSettings") -> ChatRequest:
+    """Validate a /v1/chat/completions body; every problem is an :class:`APIError` naming the field."""
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    known = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stop",
+             "stream", "stream_options", "chat_template_kwargs", *NEUTRAL_FIELDS, *IGNORED_FIELDS}
+    for key in body:
+        if key not in known:
+            raise APIError(400, f"unsupported field '{key}'", key)
+    for key, neutral in NEUTRAL_FIELDS.items():
+        if body.get(key) not in (None, neutral) and not (key == "response_format" and body[key] == {"type": "text"}):
+            raise APIError(400, f"'{key}' is not supported by this server", key)
+
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise APIError(400, "'model' is required and must be a string", "model")
+    if model not in settings.model_ids:
+        raise APIError(404, f"model '{model}' not found; this server serves '{settings.model_name}'", "model",
+                       code="model_not_found")
+
+    messages = body.get("messages")
+    if messages is None:
+        raise APIError(400, "'messages' is required", "messages")
+    if not isinstance(messages, list) or not messages:
+        raise APIError(400, "'messages' must be a non-empty list of {role, content} objects", "messages")
+    clean = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise APIError(400, f"{where} must be an object with 'role' and 'content'", "messages")
+        role = message.get("role")
+        if role not in ROLES:
+            raise APIError(400, f"{where}.role must be one of {', '.join(ROLES)}; got {role!r}", f"{where}.role")
+        if "content" not in message or message["content"] is None:
+            raise APIError(400, f"{where}.content is required", f"{where}.content")
+        clean.append({"role": role, "content": _message_text(message["content"], where)})
+
+    if body.get("max_tokens") is not None and body.get("max_completion_tokens") is not None:
+        raise APIError(400, "give either 'max_tokens' or 'max_completion_tokens', not both", "max_tokens")
+    length_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _integer(body, length_key, settings.max_new_tokens, 1, settings.max_tokens_limit)
+    temperature = _number(body, "temperature", settings.temperature, 0.0, 2.0)
+    top_p = _number(body, "top_p", settings.top_p, 0.0, 1.0, low_open=True)
+    n = _integer(body, "n", 1, 1, settings.max_batch_size)
+
+    stop = body.get("stop")
+    if stop is None:
+        stop = []
+    elif isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > 4:
+        raise APIError(400, "'stop' must be a non-empty string or a list of at most 4 non-empty strings", "stop")
+
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise APIError(400, f"'stream' must be true or false, got {type(stream).__name__}", "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict) or set(options) - {"include_usage"}:
+        raise APIError(400, "'stream_options' may only hold 'include_usage'", "stream_options")
+    template_kwargs = body.get("chat_template_kwargs") or {}  # vLLM's extension, e.g. {"enable_thinking": true}
+    if not isinstance(template_kwargs, dict):
+        raise APIError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs")
+    return ChatRequest(clean, max_tokens, temperature, top_p, n, stop, stream, bool(options.get("include_usage")),
+                       template_kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Batched generation
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Job:
+    """One HTTP request: ``n`` sequences from one prompt; events flow back to its event loop."""
+    prompt_ids: list[int]
+    request: ChatRequest
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue
+    cancelled: bool = False
+
+    def emit(self, event: tuple) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the request's event loop is gone (server shutting down): nobody is listening
+            self.cancelled = True
+
+
+@dataclass
+class Row:
+    """One sequence being generated: ``(job, index)`` with its decoding state."""
+    job: Job
+    index: int
+    tokens: list[int] = field(default_factory=list)
+    sent: str = ""           # text already streamed
+    done: bool = False
+    finish_reason: str | None = None
+
+
+def _stop_cut(text: str, stops: list[str]) -> tuple[str, bool]:
+    """``text`` cut at the first stop string, and whether one was found."""
+    cuts = [text.find(s) for s in stops if s in text]
+    return (text[:min(cuts)], True) if cuts else (text, False)
+
+
+def _held_back(text: str, stops: list[str]) -> int:
+    """How many trailing characters might be the start of a stop string (not streamed yet)."""
+    hold = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:k]):
+                hold = max(hold, k)
+                break
+    return hold
+
+
+class Batcher:
+    """The worker thread that owns the model: groups waiting jobs, one ``generate`` call per group."""
+
+    def __init__(self, model, tokenizer, eos_ids: list[int], max_batch_size: int, batch_wait_ms: float):
+        self.model, self.tokenizer, self.eos_ids = model, tokenizer, set(eos_ids)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+        self.max_batch_size, self.wait_s = max_batch_size, batch_wait_ms / 1000.0
+        self.queue: queue.Queue[Job | None] = queue.Queue()
+        self.generate_calls = 0
+        self.batch_sizes: list[int] = []  # sequences per generate call, for tests and /health
+        self._thread: threading.Thread | None = None
+        self._carry: Job | None = None  # a job that did not fit the last batch: first in the next one
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="agentic-rl-batcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.queue.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def submit(self, job: Job) -> None:
+        self.queue.put(job)
+
+    # -- worker side ------------------------------------------------------------------------------------------
+    def _collect(self, first: Job) -> tuple[list[Job], bool]:
+        jobs, size = [first], first.request.n
+        deadline = time.monotonic() + self.wait_s
+        while size < self.max_batch_size:
+            timeout = deadline - time.monotonic()
+            try:
+                job = self.queue.get(timeout=max(timeout, 0)) if timeout > 0 else self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                return jobs, True
+            if size + job.request.n > self.max_batch_size:  # does not fit: first in the next batch
+                self._carry = job
+                break
+            jobs.append(job)
+            size += job.request.n
+        return jobs, False
+
+    def _loop(self) -> None:
+        while True:
+            first = self._carry or self.queue.get()
+            self._carry = None
+            if first is None:
+                return
+            jobs, stopping = self._collect(first)
+            jobs = [j for j in jobs if not j.cancelled]
+            if jobs:
+                try:
+                    self._generate(jobs)
+                except Exception as exc:  # report to the waiting requests; keep serving
+                    for job in jobs:
+                        job.emit(("error", f"generation failed: {type(exc).__name__}: {exc}"))
+            if stopping:
+                return
+
+    def _generate(self, jobs: list[Job]) -> None:
+        import torch
+        from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+
+        rows = [Row(job, i) for job in jobs for i in range(job.request.n)]
+        prompts = [row.job.prompt_ids for row in rows]
+        width = max(len(p) for p in prompts)
+        device = self.model.device
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, ids in enumerate(prompts):  # left padding: every row's last prompt token is aligned
+            input_ids[i, width - len(ids):] = torch.tensor(ids)
+            attention[i, width - len(ids):] = 1
+        temps = torch.tensor([r.job.request.temperature for r in rows], device=device).unsqueeze(1)
+        top_ps = torch.tensor([r.job.request.top_p for r in rows], device=device).unsqueeze(1)
+        greedy = (temps == 0).squeeze(1)
+        tokenizer, eos_ids = self.tokenizer, self.eos_ids
+
+        class PerRowSampling(LogitsProcessor):
+            """Row-wise temperature and top-p on (batch, vocab) scores; temperature 0 keeps only the argmax."""
+
+            def __call__(self, ids, scores):
+                scores = scores / torch.where(temps > 0, temps, torch.ones_like(temps))
+                if bool((top_ps < 1).any()):
+                    sorted_scores, order = scores.sort(dim=-1, descending=True)
+                    cumulative = sorted_scores.softmax(-1).cumsum(-1)
+                    drop_sorted = (cumulative - sorted_scores.softmax(-1)) >= top_ps  # keep the token crossing p
+                    drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+                    scores = scores.masked_fill(drop, float("-inf"))
+                if bool(greedy.any()):
+                    best = scores.argmax(-1, keepdim=True)
+                    only_best = torch.full_like(scores, float("-inf")).scatter(1, best, 0.0)
+                    scores = torch.where(greedy.unsqueeze(1), only_best, scores)
+                return scores
+
+        class PerRowStop(StoppingCriteria):
+            """Takes each new token, streams text, and ends rows at EOS, their max_tokens or a stop string."""
+
+            def __call__(self, ids, scores, **kwargs):
+                newest = ids[:, -1].tolist()
+                for row, token in zip(rows, newest):
+                    if row.done:
+                        continue
+                    if row.job.cancelled:
+                        row.done, row.finish_reason = True, "cancelled"
+                        continue
+                    request = row.job.request
+                    if token in eos_ids:
+                        row.done, row.finish_reason = True, "stop"
+                    else:
+                        row.tokens.append(token)
+                        if len(row.tokens) >= request.max_tokens:
+                            row.done, row.finish_reason = True, "length"
+                    text = tokenizer.decode(row.tokens, skip_special_tokens=True)
+                    hit = False
+                    if request.stop:
+                        text, hit = _stop_cut(text, request.stop)
+                        if hit:
+                            row.done, row.finish_reason = True, "stop"
+                    if request.stream:
+                        ready = len(text) if row.done else len(text) - _held_back(text, request.stop)
+                        if not row.done:  # an unfinished multi-byte character decodes as trailing U+FFFD
+                            ready = min(ready, len(text.rstrip("\ufffd")))
+                        if ready > len(row.sent):
+                            row.job.emit(("delta", row.index, text[len(row.sent):ready]))
+                            row.sent = text[:ready]
+                    if row.done:
+                        row.job.emit(("done", row.index, text, len(row.tokens), row.finish_reason))
+                return torch.tensor([row.done for row in rows], device=ids.device)
+
+        sampling = not bool(greedy.all())
+        # Sampling: generate's own temperature/top-k/top-p are neutral; PerRowSampling does each row's.
+        sampling_kwargs = (dict(do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+                                logits_processor=LogitsProcessorList([PerRowSampling()]))
+                           if sampling else dict(do_sample=False))
+        max_new = max(r.job.request.max_tokens for r in rows)
+        self.generate_calls += 1
+        self.batch_sizes.append(len(rows))
+        with torch.no_grad():
+            self.model.generate(
+                input_ids=input_ids.to(device), attention_mask=attention.to(device), max_new_tokens=max_new,
+                num_beams=1, **sampling_kwargs,
+                stopping_criteria=StoppingCriteriaList([PerRowStop()]),
+                eos_token_id=sorted(eos_ids), pad_token_id=self.pad_id)
+        for row in rows:  # rows cut short by the model's own max length
+            if not row.done:
+                row.done, row.finish_reason = True, "length"
+                text = tokenizer.decode(row.tokens, skip_special_tokens=True)
+                if row.job.request.stream and len(text) > len(row.sent):
+                    row.job.emit(("delta", row.index, text[len(row.sent):]))
+                row.job.emit(("done", row.index, text, len(row.tokens), "length"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The app
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class ServerSettings:
+    model_name: str
+    model_ids: set[str]
+    max_new_tokens: int
+    max_tokens_limit: int
+    max_batch_size: int
+    temperature: float
+    top_p: float
+    context_length: int | None
+
+
+def _load(config: ServeConfig):
+    import torch
+
+    from agentic_rl.deploy.export import load_merged, resolve_source
+
+    path = resolve_source(config.model)
+    model, tokenizer, info = load_merged(path, dtype=config.dtype, trust_remote_code=config.trust_remote_code)
+    device = config.device if config.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    model = model.to(device).eval()
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"the tokenizer of {path} has no chat template; export the model with "
+                          f"`agentic-rl export ... --chat-template FILE.jinja` first")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return path, model, tokenizer
+
+
+def create_app(model_dir: str | Path, **settings: Any):
+    """A FastAPI app serving ``model_dir``; ``settings`` are :class:`ServeConfig` fields (unknown ones are errors).
+
+    The model is loaded here; the batching thread starts and stops with the app's lifespan (uvicorn or
+    ``fastapi.testclient.TestClient``). ``app.state.batcher`` exposes ``generate_calls`` and ``batch_sizes``.
+    """
+    from agentic_rl.config import config_from_dict
+
+    config = config_from_dict(ServeConfig, {"model": str(model_dir), **settings}, where="serve settings")
+    return _create_app(config)
+
+
+def _create_app(config: ServeConfig):
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, StreamingResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    from agentic_rl.data.formats import chat_template_kwargs
+
+    path, model, tokenizer = _load(config)
+    name = config.served_model_name or Path(config.model).resolve().name
+    gen = model.generation_config
+    samples = bool(getattr(gen, "do_sample", False))
+    default_t = config.temperature if config.temperature is not None else (
+        float(gen.temperature) if samples and gen.temperature is not None else 1.0)
+    default_p = config.top_p if config.top_p is not None else (
+        float(gen.top_p) if samples and gen.top_p is not None else 1.0)
+    eos = gen.eos_token_id if gen.eos_token_id is not None else tokenizer.eos_token_id
+    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos_ids:
+        eos_ids.append(tokenizer.eos_token_id)
+    settings = ServerSettings(model_name=name, model_ids={name, str(config.model)},
+                              max_new_tokens=config.max_new_tokens, max_tokens_limit=config.max_tokens_limit,
+                              max_batch_size=config.max_batch_size, temperature=default_t, top_p=default_p,
+                              context_length=getattr(model.config, "max_position_embeddings", None))
+    batcher = Batcher(model, tokenizer, eos_ids, config.max_batch_size, config.batch_wait_ms)
+    # The request handlers encode with their own copy: a Rust fast tokenizer used from two threads at once can fail
+    # with "Already borrowed" (encoding updates its truncation/padding state while the worker decodes).
+    prompt_tokenizer = copy.deepcopy(tokenizer)
+    created = int(time.time())
+
+    @asynccontextmanager
+    async def lifespan(app):
+        batcher.start()
+        try:
+            yield
+        finally:
+            batcher.stop()
+
+    app = FastAPI(title="agentic-rl", lifespan=lifespan)
+    app.state.batcher = batcher
+    app.state.settings = settings
+    app.state.model_path = path
+
+    @app.exception_handler(APIError)
+    async def _api_error(request, exc: APIError):
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request, exc):
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse({"error": {"message": str(exc.detail), "type": kind, "param": None, "code": None}},
+                            status_code=exc.status_code)
+
+    def check_key(request: Request) -> None:
+        if not config.api_key:
+            return
+        header = request.headers.get("authorization", "")
+        given = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        if not given or not secrets.compare_digest(given.encode(), config.api_key.encode()):
+            raise APIError(401, "missing or invalid API key (send 'Authorization: Bearer KEY')",
+                           type_="authentication_error", code="invalid_api_key")
+
+    def model_card() -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": created, "owned_by": "agentic-rl",
+                "max_model_len": settings.context_length}
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "model": name, "generate_calls": batcher.generate_calls}
+
+    @app.get("/v1/models")
+    async def list_models(request: Request):
+        check_key(request)
+        return {"object": "list", "data": [model_card()]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def get_model(model_id: str, request: Request):
+        check_key(request)
+        if model_id not in settings.model_ids:
+            raise APIError(404, f"model '{model_id}' not found; this server serves '{name}'", "model",
+                           code="model_not_found")
+        return model_card()
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        check_key(request)
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise APIError(400, "the request body is not valid JSON") from None
+        chat = parse_chat_request(body, settings)
+        template_kwargs = {**chat_template_kwargs(config.enable_thinking), **chat.template_kwargs}
+        try:
+            prompt = prompt_tokenizer.apply_chat_template(chat.messages, tokenize=False, add_generation_prompt=True,
+                                                          **template_kwargs)
+        except Exception as exc:  # a template that rejects these messages (e.g. roles out of order)
+            raise APIError(400, f"the chat template cannot render these messages: {exc}", "messages") from None
+        prompt_ids = prompt_tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if settings.context_length and len(prompt_ids) + chat.max_tokens > settings.context_length:
+            raise APIError(400, f"the prompt ({len(prompt_ids)} tokens) plus max_tokens ({chat.max_tokens}) exceeds "
+                                f"the model's context of {settings.context_length} tokens", "max_tokens")
+        job = Job(prompt_ids, chat, asyncio.get_running_loop(), asyncio.Queue())
+        batcher.submit(job)
+        reply_id = f"chatcmpl-{uuid.uuid4().hex}"
+        base = {"id": reply_id, "created": int(time.time()), "model": name}
+
+        if chat.stream:
+            return StreamingResponse(_stream(job, base), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+
+        choices: dict[int, dict[str, Any]] = {}
+        completion_tokens = 0
+        try:
+            while len(choices) < chat.n:
+                event = await job.events.get()
+                if event[0] == "error":
+                    raise APIError(500, event[1], type_="server_error")
+                if event[0] == "done":
+                    _, index, text, count, reason = event
+                    completion_tokens += count
+                    choices[index] = {"index": index, "message": {"role": "assistant", "content": text},
+                                      "finish_reason": reason, "logprobs": None}
+        except asyncio.CancelledError:
+            job.cancelled = True
+            raise
+        return {**base, "object": "chat.completion", "choices": [choices[i] for i in range(chat.n)],
+                "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": completion_tokens,
+                          "total_tokens": len(prompt_ids) + completion_tokens}}
+
+    async def _stream(job: Job, base: dict[str, Any]):
+        chunk = {**base, "object": "chat.completion.chunk"}
+
+        def sse(choices: list[dict[str, Any]], **extra) -> str:
+            return f"data: {json.dumps({**chunk, 'choices': choices, **extra})}\n\n"
+
+        n = job.request.n
+        try:
+            for i in range(n):
+                yield sse([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+            finished, completion_tokens = 0, 0
+            while finished < n:
+                event = await job.events.get()
+                if event[0] == "error":
+                    error = APIError(500, event[1], type_="server_error").body()
+                    yield f"data: {json.dumps(error)}\n\n"
+                    return
+                if event[0] == "delta":
+                    _, index, text = event
+                    yield sse([{"index": index, "delta": {"content": text}, "finish_reason": None}])
+                else:
+                    _, index, _, count, reason = event
+                    finished += 1
+                    completion_tokens += count
+                    yield sse([{"index": index, "delta": {}, "finish_reason": reason}])
+            if job.request.include_usage:
+                prompt_tokens = len(job.prompt_ids)
+                yield sse([], usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                     "total_tokens": prompt_tokens + completion_tokens})
+            yield "data: [DONE]\n\n"
+        finally:
+            job.cancelled = True  # a client that hung up stops its rows at the next token
+
+    return app
+
+
+def run(config: ServeConfig) -> None:
+    """Load the model and serve until interrupted."""
+    import uvicorn
+
+    if config.host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
+        warn(f"serving on {config.host} without an API key: anyone who can reach this port can use the model")
+    app = _create_app(config)
+    log(f"serve: {app.state.model_path} as '{app.state.settings.model_name}' at "
+        f"http://{config.host}:{config.port}/v1 (batch <= {config.max_batch_size}, wait {config.batch_wait_ms} ms"
+        f"{', API key required' if config.api_key else ''})")
+    uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    from agentic_rl.cli import main
+
+    sys.exit(main(["serve", *sys.argv[1:]]))

@@ -1,0 +1,255 @@
+"""The OpenAI-compatible server, driven by the official ``openai`` client against a real uvicorn on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+import torch
+
+from agentic_rl.deploy.serve import ServeConfig, create_app
+from agentic_rl.errors import ConfigError
+
+KEY = "test-key-123"
+QUESTIONS = ["What is 3 + 4?", "Sam had 25 marbles and gave away 9. How many are left?", "2 * 6 = ?",
+             "A shop sells 14 pens a day for 5 days. How many pens?"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(app):
+    """Run ``app`` under uvicorn in a thread on a free 127.0.0.1 port; yields the base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=_free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model with larger random weights: its greedy text depends on the prompt (the plain random init
+    answers every prompt with the same newlines, which would hide padding or batching mistakes)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 2:
+                param.normal_(0, 0.2, generator=generator)
+    path = tmp_path_factory.mktemp("serve_model")
+    model.save_pretrained(str(path))
+    AutoTokenizer.from_pretrained(str(tiny_model_dir)).save_pretrained(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    app = create_app(model_dir, api_key=KEY, served_model_name="tiny", max_new_tokens=8, batch_wait_ms=5)
+    with serving(app) as url:
+        yield app, url
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server[1] + "/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir):
+    """Greedy completions from plain transformers, one prompt at a time (no padding)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+
+    def greedy(question: str, max_tokens: int) -> str:
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
+                                            return_tensors="pt", return_dict=True)
+        with torch.no_grad():
+            out = model.generate(**ids, max_new_tokens=max_tokens, do_sample=False)
+        return tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+
+    return greedy
+
+
+def test_models_and_greedy_completion_match_plain_transformers(client, reference):
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["tiny"]
+    assert client.models.retrieve("tiny").id == "tiny"
+
+    reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": QUESTIONS[1]}],
+                                           max_tokens=6, temperature=0)
+    choice = reply.choices[0]
+    assert choice.message.role == "assistant"
+    assert choice.message.content == reference(QUESTIONS[1], 6)
+    assert choice.finish_reason in ("stop", "length")
+    assert reply.usage.prompt_tokens > 10 and 1 <= reply.usage.completion_tokens <= 6
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    assert reply.model == "tiny" and reply.id.startswith("chatcmpl-")
+
+
+def test_streaming_gives_the_same_text(client, reference):
+    stream = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": QUESTIONS[0]}],
+                                            max_tokens=7, temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    pieces, reasons, usage = [], [], None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            pieces.append(choice.delta.content or "")
+            if choice.finish_reason:
+                reasons.append(choice.finish_reason)
+    assert "".join(pieces) == reference(QUESTIONS[0], 7)
+    assert len(reasons) == 1 and usage is not None and 1 <= usage.completion_tokens <= 7
+
+
+def test_sampling_n_choices_and_stop_strings(client):
+    reply = client.chat.completions.create(model="tiny", messages=[{"role": "system", "content": "Be brief."},
+                                                                    {"role": "user", "content": QUESTIONS[2]}],
+                                           max_tokens=5, temperature=1.0, top_p=0.9, n=3)
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    assert all(isinstance(c.message.content, str) for c in reply.choices)
+    assert reply.usage.completion_tokens <= 15
+
+    full = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": QUESTIONS[3]}],
+                                          max_tokens=8, temperature=0).choices[0].message.content
+    assert len(full.strip()) >= 4, full
+    stop = full[2:4]  # cut at a stop string taken from the greedy text itself
+    cut = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": QUESTIONS[3]}],
+                                         max_tokens=8, temperature=0, stop=[stop])
+    assert cut.choices[0].message.content == full[:full.find(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_api_key_and_clear_4xx_errors(server, client):
+    _, url = server
+    wrong_key = openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        wrong_key.models.list()
+    with pytest.raises(openai.AuthenticationError):
+        wrong_key.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
+    raw = httpx.post(url + "/v1/chat/completions", json={"model": "tiny", "messages": []})
+    assert raw.status_code == 401 and "API key" in raw.json()["error"]["message"]
+
+    with pytest.raises(openai.NotFoundError, match="not found"):
+        client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="role"):
+        client.chat.completions.create(model="tiny", messages=[{"role": "wizard", "content": "hi"}])
+
+    headers = {"Authorization": f"Bearer {KEY}"}
+    cases = [
+        ({"model": "tiny"}, "'messages' is required", "messages"),
+        ({"model": "tiny", "messages": "hi"}, "non-empty list", "messages"),
+        ({"model": "tiny", "messages": [{"role": "user"}]}, "content is required", "messages[0].content"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": 5}]}, "string or a list", "messages[0].content"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "number",
+         "temperature"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "between", "max_tokens"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "n": 1.5}, "integer", "n"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "true or false",
+         "stream"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "frobnicate": 1}, "unsupported field",
+         "frobnicate"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "seed": 1}, "unsupported field", "seed"),
+        ({"messages": [{"role": "user", "content": "x"}]}, "'model' is required", "model"),
+    ]
+    for body, message, param in cases:
+        response = httpx.post(url + "/v1/chat/completions", json=body, headers=headers)
+        assert response.status_code == 400, body
+        error = response.json()["error"]
+        assert message in error["message"] and error["param"] == param and error["type"] == "invalid_request_error"
+    response = httpx.post(url + "/v1/chat/completions", content=b"{not json", headers=headers)
+    assert response.status_code == 400 and "not valid JSON" in response.json()["error"]["message"]
+    assert httpx.get(url + "/v1/nothing", headers=headers).status_code == 404
+    assert httpx.get(url + "/health").json()["status"] == "ok"
+
+
+def test_concurrent_requests_share_one_generate_call(model_dir, reference):
+    """Four requests arriving together are left-padded into one batch, and each gets its own greedy answer."""
+    app = create_app(model_dir, max_batch_size=4, batch_wait_ms=400, max_new_tokens=6)
+    batcher = app.state.batcher
+    with serving(app) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        name = client.models.list().data[0].id
+
+        def ask(question: str) -> str:
+            reply = client.chat.completions.create(model=name, messages=[{"role": "user", "content": question}],
+                                                   temperature=0, max_tokens=6)
+            return reply.choices[0].message.content
+
+        before = batcher.generate_calls
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(ask, QUESTIONS))
+        assert batcher.generate_calls - before == 1
+        assert batcher.batch_sizes[-1] == 4
+        # Prompts of different lengths were padded on the left; each answer equals the unpadded generation.
+        assert answers == [reference(q, 6) for q in QUESTIONS]
+        assert len(set(answers)) == len(QUESTIONS)  # distinct answers, so a mixed-up row would show
+
+        # A fifth request does not fit a full batch of four: it runs in a second call.
+        before = batcher.generate_calls
+        with ThreadPoolExecutor(5) as pool:
+            list(pool.map(ask, QUESTIONS + QUESTIONS[:1]))
+        assert batcher.generate_calls - before == 2 and sorted(batcher.batch_sizes[-2:]) == [1, 4]
+
+
+def test_config_validation(tiny_model_dir):
+    with pytest.raises(ConfigError, match="MODEL"):
+        ServeConfig()
+    with pytest.raises(ConfigError, match="max_batch_size"):
+        ServeConfig(model=str(tiny_model_dir), max_batch_size=0)
+    with pytest.raises(ConfigError, match="unknown config key 'batch_size'"):
+        create_app(tiny_model_dir, batch_size=4)
+    assert ServeConfig(model="x").host == "127.0.0.1"
+
+
+def test_chat_template_kwargs_reach_the_template(qwen3_shape_dir):
+    """Qwen3-style templates: thinking is off by default (an empty think block is part of the prompt), and vLLM's
+    ``chat_template_kwargs`` turns it on per request."""
+    from fastapi.testclient import TestClient
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen3_shape_dir))
+    messages = [{"role": "user", "content": QUESTIONS[0]}]
+
+    def prompt_tokens(thinking: bool) -> int:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             enable_thinking=thinking)
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    assert prompt_tokens(False) != prompt_tokens(True)
+    with TestClient(create_app(qwen3_shape_dir, max_new_tokens=2)) as http:
+        def usage(**extra) -> int:
+            body = {"model": qwen3_shape_dir.name, "messages": messages, "temperature": 0, **extra}
+            response = http.post("/v1/chat/completions", json=body)
+            assert response.status_code == 200, response.text
+            return response.json()["usage"]["prompt_tokens"]
+
+        assert usage() == prompt_tokens(False)
+        assert usage(chat_template_kwargs={"enable_thinking": True}) == prompt_tokens(True)
+        bad = http.post("/v1/chat/completions", json={"model": qwen3_shape_dir.name, "messages": messages,
+                                                      "chat_template_kwargs": [1]})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "chat_template_kwargs"
