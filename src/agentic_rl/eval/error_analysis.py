@@ -1,0 +1,148 @@
+"""Error analysis: every wrong completion gets exactly one category, decided by checks (never by keywords).
+
+Categories, tested in this precedence order (the first that applies wins):
+
+1. **format** — no parseable final answer under strict extraction (:func:`agentic_rl.rewards.extract_answer`):
+   no ``Final Answer:`` marker, a marker without a number, or markers stating two different answers. This
+   includes a right number written without the marker (lenient extraction would have found it). It comes first
+   because without a final answer there is nothing to compare with the reference, and the grader's verdict was
+   decided by the format alone.
+2. **calculation** — some ``expression = result`` statement in the completion is arithmetically wrong, recomputed
+   with the safe calculator (:func:`agentic_rl.rewards.check_equations`). A wrong sum explains a wrong answer
+   more directly than the plan does, so it outranks the two checks below.
+3. **understanding** — the final answer equals a quantity that is not the question's answer but belongs to the
+   problem: an intermediate result of the reference solution (the result of one of its steps) or a number copied
+   from the question (digits or number words such as "three"). The model answered a different question than the
+   one asked (stopped early, or returned a given).
+4. **reasoning** — everything else: the arithmetic written is correct and the answer is not a quantity of the
+   problem, so the plan was wrong (wrong operation, missing or extra step).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from typing import Any
+
+from agentic_rl.rewards import check_equations, extract_answer, parse_number
+
+CATEGORIES = ("format", "calculation", "understanding", "reasoning")
+
+_NUMBER = re.compile(r"(?<![\w.])-?\$?(?:\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)", re.ASCII)
+_ANNOTATION_RESULT = re.compile(r"<<[^<>=]*=([^<>]*)>>")
+_NUMBER_WORDS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+    "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
+    "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50,
+    "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100, "thousand": 1000, "dozen": 12,
+    "half": 0.5, "twice": 2, "double": 2, "triple": 3,
+}
+_WORD = re.compile(r"[a-z]+")
+
+
+def _num(text: str) -> float | None:
+    return parse_number(text.replace("$", ""))
+
+
+def numbers_in(text: str) -> list[float]:
+    """Every number written with digits in ``text`` (``1,234.5``, ``$18``, ``-3``)."""
+    out = []
+    for m in _NUMBER.finditer(text or ""):
+        value = _num(m.group(0))
+        if value is not None:
+            out.append(value)
+    return out
+
+
+def question_numbers(question: str) -> list[float]:
+    """Numbers a question states: digits and number words (``three``, ``a dozen``, ``half``)."""
+    words = [_NUMBER_WORDS[w] for w in _WORD.findall((question or "").lower()) if w in _NUMBER_WORDS]
+    return numbers_in(question) + [float(w) for w in words]
+
+
+def reference_intermediates(row: dict[str, Any]) -> list[float]:
+    """Results of the reference solution's steps (what each step computes), without the final answer.
+
+    A step's result is the number after its last ``=`` (``Half: 48/2 = 24`` -> 24), else its last number. Steps come
+    from ``steps``, else from the lines of ``answer`` / ``full_answer``; GSM8K calculator annotations
+    (``<<48/2=24>>``) in that text are read as well.
+    """
+    truth = _num(str(row.get("ground_truth", "")))
+    answer = str(row.get("answer") or row.get("full_answer") or "")  # task rows / GRPO's RL rows
+    values: list[float] = []
+    steps = row.get("steps")
+    if not steps:
+        steps = [line for line in answer.split("####")[0].splitlines()
+                 if line.strip() and not line.strip().lower().startswith("final answer")]
+    for step in steps or []:
+        tail = step.rsplit("=", 1)[1] if "=" in step else step
+        found = numbers_in(tail)
+        if found:
+            values.append(found[0] if "=" in step else found[-1])
+    for m in _ANNOTATION_RESULT.finditer(answer):
+        value = _num(m.group(1))
+        if value is not None:
+            values.append(value)
+    return [v for v in dict.fromkeys(values) if truth is None or not _close(v, truth)]
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
+
+
+def categorize(completion: str, row: dict[str, Any], extracted: str | None = None) -> tuple[str, str]:
+    """``(category, reason)`` for a completion already known to be wrong; ``row`` is the dataset row
+    (``question``, ``ground_truth``, ``steps`` / ``answer``). ``extracted`` is the strict answer if computed already.
+
+    >>> row = {"question": "Mia has 12 apples and buys 7 more. She gives away 5. How many are left?",
+    ...        "ground_truth": "14", "steps": ["12 + 7 = 19", "19 - 5 = 14"]}
+    >>> categorize("12 + 7 = 19\\nFinal Answer: 19", row)[0]
+    'understanding'
+    >>> categorize("12 + 7 = 18\\n18 - 5 = 13\\nFinal Answer: 13", row)[0]
+    'calculation'
+    >>> categorize("12 + 7 = 19\\n19 - 5 = 14", row)[0]
+    'format'
+    >>> categorize("12 * 7 = 84\\n84 - 5 = 79\\nFinal Answer: 79", row)[0]
+    'reasoning'
+    """
+    answer = extracted if extracted is not None else extract_answer(completion, "strict")
+    if answer is None:
+        lenient = extract_answer(completion, "lenient")
+        why = "no 'Final Answer:' line with a number"
+        if lenient is not None:
+            why += f" (the last number is {lenient})"
+        return "format", why
+    wrong = [c for c in check_equations(completion) if not c.ok and c.computed is not None]
+    if wrong:
+        c = wrong[0]
+        return "calculation", f"{c.expression} = {c.stated:g}, but it is {c.computed:g}"
+    value = _num(answer)
+    if value is not None:
+        for v in reference_intermediates(row):
+            if _close(value, v):
+                return "understanding", f"answer {answer} is an intermediate result of the reference solution"
+        for v in question_numbers(str(row.get("question", ""))):
+            if _close(value, v):
+                return "understanding", f"answer {answer} is a number copied from the question"
+    return "reasoning", f"arithmetic is consistent but the answer {answer} is not {row.get('ground_truth')}"
+
+
+def summarize_errors(records: list[dict[str, Any]], num_examples: int = 3) -> dict[str, Any]:
+    """Counts, shares (of wrong completions) and up to ``num_examples`` examples per category.
+
+    ``records`` are per-completion records; wrong ones carry ``category`` and ``category_reason``.
+    """
+    wrong = [r for r in records if r.get("category")]
+    counts = Counter(r["category"] for r in wrong)
+    examples: dict[str, list[dict[str, Any]]] = {c: [] for c in CATEGORIES}
+    for r in wrong:
+        bucket = examples[r["category"]]
+        if len(bucket) < num_examples:
+            bucket.append({"index": r["index"], "question": r["question"], "completion": r["completion"],
+                           "extracted_strict": r["extracted_strict"], "ground_truth": r["ground_truth"],
+                           "reason": r.get("category_reason", "")})
+    return {"num_wrong": len(wrong),
+            "counts": {c: counts.get(c, 0) for c in CATEGORIES},
+            "shares": {c: (counts.get(c, 0) / len(wrong) if wrong else None) for c in CATEGORIES},
+            "examples": examples}
