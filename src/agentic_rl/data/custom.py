@@ -42,7 +42,7 @@ from agentic_rl.data.gsm8k import (
     rows_to_dataset,
     sample_indices,
 )
-from agentic_rl.data.synthetic import synthetic_splits
+from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE, synthetic_splits
 from agentic_rl.errors import ConfigError, DataError
 
 QUESTION_NAMES = ("question", "prompt", "problem", "input", "query")
@@ -55,7 +55,7 @@ _FINAL_LINE = re.compile(rf"^\s*{re.escape(FINAL_ANSWER_PREFIX)}\s*(.*?)\s*$", r
 # Registry: name -> fn(split, seed, **options) -> raw rows
 # ---------------------------------------------------------------------------------------------------------------
 
-def _synthetic_source(split: str, seed: int, *, train_size: int = 2000, test_size: int = 200,
+def _synthetic_source(split: str, seed: int, *, train_size: int = 2000, test_size: int = SYNTHETIC_TEST_SIZE,
                       **knobs) -> list[dict[str, Any]]:
     if split not in ("train", "test"):
         raise DataError(f"the synthetic dataset has splits 'train' and 'test', not '{split}'")
@@ -211,7 +211,7 @@ def load_task_dataset(source: str = "synthetic", split: str = "train", *, questi
                       completion_field: str | None = None, ground_truth_field: str | None = None,
                       max_samples: int | None = None, seed: int = 0, numeric_ground_truth: bool = True,
                       keep_annotations: bool = False, hub_config: str | None = None,
-                      synthetic_seed: int = 0, synthetic_train_size: int = 2000, synthetic_test_size: int = 200,
+                      synthetic_seed: int = 0, synthetic_train_size: int = 2000, synthetic_test_size: int = SYNTHETIC_TEST_SIZE,
                       **synthetic_knobs):
     """Canonical task rows (``question answer ground_truth num_steps steps solution``) as a ``datasets.Dataset``.
 

@@ -390,6 +390,12 @@ def multiplication_task(n: int, seed: int = 0, *, digits: int = 2, min_steps: in
                               max_steps=max_steps, max_operand=max_operand, exclude=exclude)
 
 
+# The embedded task's held-out split: every stage (pretraining corpus exclusion, SFT, GRPO, evaluation) uses the same
+# 1000 test problems by default, so train data never contains an evaluation problem whatever the stage. A smaller test
+# size gives a prefix of this split (generation is sequential), so evaluation on N <= 1000 problems stays held out.
+SYNTHETIC_TEST_SIZE = 1000
+
+
 def synthetic_splits(n_train: int, n_test: int, seed: int = 0, **knobs) -> tuple[list[dict], list[dict]]:
     """Train and test rows that never share a question.
 
