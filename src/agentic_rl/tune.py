@@ -1,0 +1,830 @@
+"""Hyper-parameter search over a training stage (SFT or GRPO) with Optuna: grid, random or Bayesian (TPE).
+
+Each trial resolves the stage's own typed config (base YAML, then ``fixed`` settings, then the sampled values), runs
+the stage *as a function* (``agentic_rl.train.sft.run`` / ``agentic_rl.train.grpo.run``) for a short fixed budget,
+and scores the trained model on held-out problems: greedy accuracy (``objective: accuracy``) or the mean of the
+stage's reward functions on the same greedy completions (``objective: reward``). While a trial trains, a callback
+scores the model every ``prune_every`` steps on a few held-out problems and reports it to Optuna's MedianPruner,
+which stops trials that fall below the median of earlier trials at the same step.
+
+Search space (YAML ``space:`` or repeated ``--param NAME=SPEC``), parsed from a small syntax (never ``eval``)::
+
+    learning_rate: loguniform(1e-6, 1e-4)    # log-uniform float
+    beta: choice(0.01, 0.05, 0.1)            # one of these (numbers, true/false/null, strings)
+    lora_r: [8, 16, 32]                      # a YAML list is a choice too
+    warmup_ratio: uniform(0.0, 0.2)          # uniform float; uniform(0, 0.2, step=0.05) for a grid
+    num_generations: int(2, 8, step=2)       # integers lo..hi inclusive; int(1, 64, log=true)
+
+Strategies: ``grid`` (Optuna GridSampler: exactly the Cartesian product of the values; ranges need a ``step``),
+``random`` (RandomSampler: each parameter independently from its range), ``bayes`` (TPESampler: a density model of
+good vs bad trials proposes the next point). Trials share a study in an Optuna RDB storage: by default
+``<output_dir>/study.db`` (SQLite), so re-running the same command resumes an interrupted search; any RDB URL
+(``postgresql://...``) lets several workers or machines share one study — start the same command once per worker.
+``trials`` counts finished (complete or pruned) trials of the whole study, across workers, with no trial run twice.
+Every trial gets the same ``seed``, so differences between trials come from the hyper-parameters.
+
+Outputs in the run directory: ``trials.csv`` and ``report.md`` (a table of trials, the best values, the plots
+``optimization_history.png`` and ``param_importances.png``), ``best_<stage>.yaml`` (the best trial's full stage
+config: ``agentic-rl sft|grpo --config best_<stage>.yaml`` reruns it) and ``best_pipeline.yaml`` (the same settings as
+a pipeline section: ``agentic-rl pipeline --config best_pipeline.yaml``), ``trials/<n>/`` (each trial's stage run:
+config, metrics, logs, ``tune_score.json``; its weights only with ``keep_models``), ``study.db`` (the study).
+
+Held-out problems come from ``eval_split`` of the stage's dataset (default ``test``: use a validation split where
+the dataset has one, so that the final test score is not the one the search optimised).
+
+    agentic-rl tune --stage sft --search bayes --trials 20 --base-config configs/qwen3-0.6b-gsm8k.yaml \\
+        --param 'learning_rate=loguniform(1e-6,1e-4)' --param 'lora_r=choice(8,16,32)' --budget-steps 50
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import csv
+import dataclasses
+import difflib
+import io
+import json
+import math
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import yaml
+
+from agentic_rl.config import config_from_dict, config_to_dict, read_yaml
+from agentic_rl.errors import ConfigError
+from agentic_rl.utils import log, run_dir, warn, write_json
+
+STAGES = ("sft", "grpo")
+SEARCHES = ("grid", "random", "bayes")
+# Stage config fields a search may not set: they are per-trial bookkeeping, not hyper-parameters.
+_RESERVED = ("output_dir",)
+
+
+@dataclass
+class TuneConfig:
+    stage: str = field(default="sft", metadata={"help": "the stage to tune", "choices": list(STAGES)})
+    search: str = field(default="bayes", metadata={
+        "help": "grid (Cartesian product), random (independent samples) or bayes (TPE)", "choices": list(SEARCHES)})
+    trials: int | None = field(default=None, metadata={
+        "help": "finished trials wanted in the whole study, all workers together (default: the grid size for grid "
+                "search, else 20)"})
+    space: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "search space: stage key -> spec, e.g. {learning_rate: 'loguniform(1e-6, 1e-4)', lora_r: [8, 16]}"})
+    params: list[str] = field(default_factory=list, metadata={
+        "help": "one search-space entry NAME=SPEC, e.g. 'beta=choice(0.01,0.05,0.1)' (overrides `space`)",
+        "flag": "param"})
+    base_config: str | None = field(default=None, metadata={
+        "help": "YAML with the stage's settings: a stage file, or a pipeline file (its stage section and its "
+                "model/dataset/seed are used)"})
+    fixed: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "stage settings applied to every trial, over base_config (e.g. {max_samples: 256})"})
+    budget_steps: int | None = field(default=None, metadata={
+        "help": "training steps per trial (sets the stage's max_steps); the short, fixed budget every trial gets"})
+    objective: str = field(default="accuracy", metadata={
+        "help": "what a trial maximises on held-out problems: accuracy (greedy, strict answer match) or reward "
+                "(mean of the stage's reward functions on the same completions)", "choices": ["accuracy", "reward"]})
+    eval_samples: int = field(default=64, metadata={"help": "held-out problems each trial is scored on"})
+    eval_split: str = field(default="test", metadata={"help": "split the held-out problems come from"})
+    max_new_tokens: int = field(default=256, metadata={"help": "generation length when scoring a trial"})
+    prune: bool = field(default=True, metadata={"help": "stop hopeless trials early (MedianPruner)"})
+    prune_every: int | None = field(default=None, metadata={
+        "help": "steps between intermediate held-out scores (default: a quarter of the budget)"})
+    prune_samples: int = field(default=16, metadata={"help": "held-out problems each intermediate score uses"})
+    prune_startup_trials: int = field(default=3, metadata={
+        "help": "trials that always run to the end before pruning starts"})
+    storage: str | None = field(default=None, metadata={
+        "help": "Optuna RDB URL shared by workers (default: sqlite:///<output_dir>/study.db)"})
+    study_name: str | None = field(default=None, metadata={"help": "study name in the storage (default: tune-<stage>)"})
+    output_dir: str | None = field(default=None, metadata={"help": "run directory (default: runs/tune-<stage>)"})
+    seed: int | None = field(default=None, metadata={
+        "help": "seed of the sampler and of every trial's training (default: the base config's seed, else 0)"})
+    keep_models: bool = field(default=False, metadata={
+        "help": "keep every trial's weights in trials/<n>/ (default: only configs, metrics and logs are kept)"})
+
+    def __post_init__(self) -> None:
+        if self.trials is not None and self.trials < 1:
+            raise ConfigError(f"trials must be >= 1, got {self.trials}")
+        if self.budget_steps is not None and self.budget_steps < 1:
+            raise ConfigError(f"budget_steps must be >= 1, got {self.budget_steps}")
+        if self.eval_samples < 1 or self.prune_samples < 1:
+            raise ConfigError("eval_samples and prune_samples must be >= 1")
+        if self.prune_every is not None and self.prune_every < 1:
+            raise ConfigError(f"prune_every must be >= 1, got {self.prune_every}")
+        if self.study_name is None:
+            self.study_name = f"tune-{self.stage}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Search space: a tiny, safe expression language
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Param:
+    """One searchable setting. ``kind`` is choice | uniform | loguniform | int."""
+
+    name: str
+    kind: str
+    values: tuple = ()            # choice
+    low: float | int | None = None
+    high: float | int | None = None
+    step: float | int | None = None
+    log: bool = False
+
+    def grid_values(self) -> list[Any]:
+        """The values grid search enumerates (a ConfigError for a continuous range without a step)."""
+        if self.kind == "choice":
+            return list(self.values)
+        if self.kind == "int":
+            if self.log:
+                raise ConfigError(f"grid search needs discrete values for '{self.name}': int(..., log=true) has no "
+                                  "grid; use choice(...) or int(lo, hi, step=k)")
+            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+        if self.kind == "uniform" and self.step is not None:
+            n = int(round((self.high - self.low) / self.step))
+            return [round(self.low + i * self.step, 12) for i in range(n + 1)]
+        raise ConfigError(f"grid search needs discrete values for '{self.name}': {self.kind} is a continuous range; "
+                          "use choice(...) or uniform(lo, hi, step=s)")
+
+    def suggest(self, trial) -> Any:
+        if self.kind == "choice":
+            return trial.suggest_categorical(self.name, list(self.values))
+        if self.kind == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
+        if self.kind == "uniform":
+            return trial.suggest_float(self.name, float(self.low), float(self.high), step=self.step)
+        return trial.suggest_float(self.name, float(self.low), float(self.high), log=True)
+
+    def contains(self, value: Any) -> bool:
+        if self.kind == "choice":
+            return value in self.values
+        if self.kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            return False
+        return self.low <= value <= self.high
+
+
+_FUNCS = {"choice", "uniform", "loguniform", "int"}
+_WORDS = {"true": True, "false": False, "null": None, "none": None, "True": True, "False": False, "None": None}
+
+
+def _literal(node: ast.AST, where: str) -> Any:
+    """A number, string, true/false/null or a bare word (read as a string); nothing else is accepted."""
+    if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (int, float, str, bool))):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _literal(node.operand, where)
+        if isinstance(inner, (int, float)) and not isinstance(inner, bool):
+            return -inner if isinstance(node.op, ast.USub) else inner
+    if isinstance(node, ast.Name):
+        return _WORDS.get(node.id, node.id)
+    raise ConfigError(f"{where}: only numbers, strings and true/false/null are allowed as values, got "
+                      f"'{ast.unparse(node)}'")
+
+
+def _number(value: Any, what: str, where: str) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: {what} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: {what} must be finite, got {value!r}")
+    return value
+
+
+def parse_param(name: str, spec: Any) -> Param:
+    """Parse one search-space entry. ``spec`` is a spec string or a YAML list (a choice).
+
+    >>> parse_param("lr", "loguniform(1e-6, 1e-4)")
+    Param(name='lr', kind='loguniform', values=(), low=1e-06, high=0.0001, step=None, log=True)
+    >>> parse_param("lora_r", [8, 16]).values
+    (8, 16)
+    """
+    where = f"search space '{name}'"
+    if isinstance(spec, (list, tuple)):
+        spec_values = tuple(spec)
+        for v in spec_values:
+            if v is not None and not isinstance(v, (bool, int, float, str)):
+                raise ConfigError(f"{where}: choice values must be numbers, strings or true/false/null, got {v!r}")
+        return _choice(name, spec_values, where)
+    if not isinstance(spec, str):
+        raise ConfigError(f"{where}: expected a spec such as 'choice(8, 16)' or 'loguniform(1e-6, 1e-4)' or a list, "
+                          f"got {spec!r}")
+    try:
+        tree = ast.parse(spec.strip(), mode="eval").body
+    except SyntaxError:
+        raise ConfigError(f"{where}: cannot parse {spec!r}; expected e.g. 'loguniform(1e-6, 1e-4)'") from None
+    if isinstance(tree, (ast.List, ast.Tuple)):  # "[8, 16, 32]" as a flag value: a choice, as in YAML
+        return _choice(name, tuple(_literal(e, where) for e in tree.elts), where)
+    if not (isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id in _FUNCS):
+        raise ConfigError(f"{where}: {spec!r} must be one of {', '.join(sorted(_FUNCS))} applied to values, "
+                          "e.g. 'choice(0.01, 0.05)'")
+    kind = tree.func.id
+    args = [_literal(a, where) for a in tree.args]
+    kwargs = {}
+    for kw in tree.keywords:
+        if kw.arg is None:
+            raise ConfigError(f"{where}: '**' is not allowed")
+        kwargs[kw.arg] = _literal(kw.value, where)
+    if kind == "choice":
+        if kwargs:
+            raise ConfigError(f"{where}: choice(...) takes no keyword arguments, got {sorted(kwargs)}")
+        return _choice(name, tuple(args), where)
+
+    allowed = {"uniform": {"step"}, "loguniform": set(), "int": {"step", "log"}}[kind]
+    unknown = set(kwargs) - allowed
+    if unknown:
+        raise ConfigError(f"{where}: {kind}(...) does not take {sorted(unknown)}"
+                          + (f"; it takes {sorted(allowed)}" if allowed else ""))
+    if len(args) != 2:
+        raise ConfigError(f"{where}: {kind}(low, high) takes two bounds, got {len(args)}")
+    low, high = (_number(a, b, where) for a, b in zip(args, ("the lower bound", "the upper bound")))
+    if not low < high:
+        raise ConfigError(f"{where}: the lower bound ({low}) must be below the upper bound ({high})")
+    step = kwargs.get("step")
+    if step is not None:
+        step = _number(step, "step", where)
+        if step <= 0:
+            raise ConfigError(f"{where}: step must be > 0, got {step}")
+    log_scale = kwargs.get("log", False)
+    if not isinstance(log_scale, bool):
+        raise ConfigError(f"{where}: log must be true or false, got {log_scale!r}")
+    if kind == "loguniform" and low <= 0:
+        raise ConfigError(f"{where}: loguniform needs a lower bound > 0, got {low}")
+    if kind == "int":
+        if not all(isinstance(v, int) for v in (low, high)) or (step is not None and not isinstance(step, int)):
+            raise ConfigError(f"{where}: int(low, high) needs integer bounds and step, got {spec!r}")
+        if log_scale and (low < 1 or step not in (None, 1)):
+            raise ConfigError(f"{where}: int(..., log=true) needs low >= 1 and no step")
+        return Param(name, "int", low=low, high=high, step=step, log=log_scale)
+    if kind == "uniform":
+        if step is not None and abs((high - low) / step - round((high - low) / step)) > 1e-9:
+            raise ConfigError(f"{where}: the range {high} - {low} is not a multiple of step {step}")
+        return Param(name, "uniform", low=float(low), high=float(high), step=step)
+    return Param(name, "loguniform", low=float(low), high=float(high), log=True)
+
+
+def _choice(name: str, values: tuple, where: str) -> Param:
+    if not values:
+        raise ConfigError(f"{where}: choice needs at least one value")
+    if len(set(map(repr, values))) != len(values):
+        raise ConfigError(f"{where}: choice has repeated values {list(values)}")
+    return Param(name, "choice", values=values)
+
+
+def parse_space(space: dict[str, Any] | None, params: list[str] | None = None) -> dict[str, Param]:
+    """YAML ``space`` entries, then ``NAME=SPEC`` strings (which override them), parsed into :class:`Param` s."""
+    merged: dict[str, Any] = dict(space or {})
+    for item in params or []:
+        name, sep, spec = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--param {item!r}: expected NAME=SPEC, e.g. 'lora_r=choice(8,16,32)'")
+        merged[name.strip()] = spec.strip()
+    return {name.replace("-", "_"): parse_param(name, spec) for name, spec in merged.items()}
+
+
+def grid_size(space: dict[str, Param]) -> int:
+    return math.prod(len(p.grid_values()) for p in space.values())
+
+
+def make_sampler(search: str, space: dict[str, Param], seed: int):
+    """Optuna's sampler for a strategy. ``seed`` fixes its random choices (grid: the order is by trial number)."""
+    import optuna
+
+    if search == "grid":
+        class _Grid(optuna.samplers.GridSampler):
+            def after_trial(self, study, trial, state, values) -> None:
+                """No ``study.stop()`` here: the worker loop (ask/tell) stops at the grid size itself."""
+
+        return _Grid({name: p.grid_values() for name, p in space.items()}, seed=seed)
+    if search == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Stage configs: base YAML + fixed + sampled values, validated before any trial runs
+# ---------------------------------------------------------------------------------------------------------------
+
+def stage_class(stage: str) -> tuple[type, Callable[..., Any]]:
+    """The stage's config dataclass and ``run`` function."""
+    if stage == "sft":
+        from agentic_rl.train.sft import SFTConfig, run
+
+        return SFTConfig, run
+    from agentic_rl.train.grpo import GRPOConfig, run
+
+    return GRPOConfig, run
+
+
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _check_stage_keys(cls: type, keys: list[str], where: str) -> None:
+    """Unknown stage keys -> one ConfigError naming all of them (with a suggestion for the first)."""
+    known = _field_names(cls)
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"{where}: unknown {cls.__name__} key(s) {', '.join(repr(k) for k in unknown)}{hint}")
+    reserved = [k for k in keys if k in _RESERVED]
+    if reserved:
+        raise ConfigError(f"{where}: {', '.join(reserved)} is set per trial by tune; remove it")
+
+
+def base_values(config: TuneConfig, cls: type) -> dict[str, Any]:
+    """The stage settings every trial starts from: base_config (stage file or pipeline section), fixed, budget."""
+    values: dict[str, Any] = {}
+    if config.base_config:
+        data = read_yaml(config.base_config)
+        known = set(_field_names(cls))
+        if isinstance(data.get(config.stage), dict):  # a pipeline file: its stage section + shared top-level keys
+            for key in ("model", "dataset", "seed"):
+                if key in data and key in known:
+                    values[key] = data[key]
+            if values.get("model") == "embedded":
+                raise ConfigError(f"{config.base_config}: model 'embedded' is built by the pipeline's pretrain stage; "
+                                  f"give tune a model directory in fixed: {{model: runs/<name>/pretrain/model}}")
+            values.update(data[config.stage])
+        else:
+            values.update(data)
+        values.pop("output_dir", None)
+        _check_stage_keys(cls, [k.replace("-", "_") for k in values], config.base_config)
+    values.update({k.replace("-", "_"): v for k, v in config.fixed.items()})
+    _check_stage_keys(cls, list(values), "tune 'fixed'")
+    if config.budget_steps is not None:
+        if "max_steps" not in _field_names(cls):
+            raise ConfigError(f"{cls.__name__} has no max_steps field, so budget_steps cannot be applied")
+        values["max_steps"] = config.budget_steps
+    if "seed" in _field_names(cls):
+        if config.seed is not None:
+            values["seed"] = config.seed
+        values.setdefault("seed", 0)
+    return values
+
+
+def build_stage_config(cls: type, base: dict[str, Any], params: dict[str, Any], output_dir: str | Path,
+                       where: str):
+    values = {**base, **params, "output_dir": str(output_dir)}
+    return config_from_dict(cls, values, where=where)
+
+
+def validate_space(cls: type, space: dict[str, Param], base: dict[str, Any], search: str) -> None:
+    """Fail before the first trial: unknown keys, values of the wrong type, values the stage config rejects."""
+    if not space:
+        raise ConfigError("the search space is empty: give `space:` in the YAML or --param NAME=SPEC")
+    _check_stage_keys(cls, list(space), "search space")
+    for name, p in space.items():
+        probes = p.grid_values() if (search == "grid" or p.kind == "choice") else [p.low, p.high]
+        if p.kind == "int":
+            probes = [int(v) for v in probes]
+        for value in probes:
+            try:
+                build_stage_config(cls, base, {name: value}, "probe", where=f"search space '{name}'")
+            except ConfigError as exc:
+                raise ConfigError(f"search space '{name}' value {value!r}: {exc}") from None
+    if search == "grid":
+        grid_size(space)  # raises for continuous ranges
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Storage, budget and the worker loop
+# ---------------------------------------------------------------------------------------------------------------
+
+def storage_url(config: TuneConfig, out: Path) -> str:
+    return config.storage or f"sqlite:///{(out / 'study.db').resolve()}"
+
+
+def open_study(config: TuneConfig, url: str):
+    """Create or load the study. SQLite waits for locks (several workers); heartbeats mark dead workers' trials."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    engine_kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
+    try:
+        storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=10,
+                                             grace_period=60, heartbeat_stale_trial_callback=_requeue)
+    except Exception as exc:  # an unreachable database, a bad URL, a missing driver
+        raise ConfigError(f"cannot open the study storage {url!r}: {exc}") from None
+    if url.startswith("sqlite"):
+        _sqlite_wal(storage.engine)
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=config.prune_startup_trials, n_warmup_steps=0)
+              if config.prune else optuna.pruners.NopPruner())
+    return optuna.create_study(study_name=config.study_name, storage=storage, direction="maximize",
+                               load_if_exists=True, pruner=pruner)
+
+
+def _sqlite_wal(engine) -> None:
+    """Write-ahead logging: workers read while one writes, and a commit skips the full disk sync."""
+    from sqlalchemy import event, text
+
+    def on_connect(dbapi_connection, _record) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    event.listen(engine, "connect", on_connect)
+    engine.dispose()  # connections opened before the listener get reopened with it
+    with engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+
+
+def _requeue(study, trial) -> None:
+    """A trial that did not finish (its worker died or was interrupted): queue its parameters again, so that a
+    resumed search still runs every grid point and reaches its number of trials."""
+    if trial.params:
+        log(f"trial {trial.number} did not finish; its parameters are queued to run again")
+        study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+
+
+@contextlib.contextmanager
+def _budget_lock(url: str) -> Iterator[None]:
+    """Serialise "count trials, then start one" across workers sharing a SQLite file (exact trial totals).
+
+    Other databases get no lock: two workers asking at the same instant may then start one trial too many.
+    """
+    if not url.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    lock_path = Path(url[len("sqlite:///"):] + ".lock")
+    with open(lock_path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _live_states():
+    from optuna.trial import TrialState
+
+    return (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+
+
+Objective = Callable[[Any, dict[str, Any]], float]
+
+
+def optimize(config: TuneConfig, space: dict[str, Param], objective: Objective, url: str,
+             n_trials: int) -> dict[str, Any]:
+    """One worker: start trials until the study holds ``n_trials`` live trials, then return what this worker ran.
+
+    ``objective(trial, params) -> float`` trains and scores one trial; it may raise ``optuna.TrialPruned``.
+    Several processes may run this at once against the same storage.
+    """
+    import optuna
+    from optuna.storages import fail_stale_trials
+    from optuna.storages._heartbeat import get_heartbeat_thread
+    from optuna.trial import TrialState
+
+    # Heartbeats (used here to requeue the trials of dead workers) are marked experimental in Optuna and warn when
+    # used with ask/tell; this loop is the documented ask/tell pattern plus those heartbeats.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+    with _budget_lock(url):  # two workers creating the SQLite tables at the same instant would collide
+        study = open_study(config, url)
+    # Trials that count towards the budget: finished (complete/pruned), running or queued; failed ones are redone.
+    live = _live_states()
+    ran: list[int] = []
+    while True:
+        with _budget_lock(url):
+            fail_stale_trials(study)
+            trials = study.get_trials(deepcopy=False)
+            if sum(t.state in live for t in trials) >= n_trials:
+                break
+            # A fresh sampler per trial, seeded by the trial number it is about to create: one worker is
+            # reproducible, and two workers never share a random stream (which would duplicate their proposals).
+            # (Grid: one fixed seed, since the grid order it shuffles must be the same for every trial.)
+            offset = 0 if config.search == "grid" else len(trials)
+            study.sampler = make_sampler(config.search, space, seed=(config.seed or 0) + offset)
+            trial = study.ask()
+            params = {name: p.suggest(trial) for name, p in space.items()}
+        ran.append(trial.number)
+        log(f"trial {trial.number}: {json.dumps(params)}")
+        started = time.time()
+        with get_heartbeat_thread(trial._trial_id, study._storage):
+            try:
+                value = float(objective(trial, params))
+            except optuna.TrialPruned:
+                trial.set_user_attr("duration_s", round(time.time() - started, 1))
+                study.tell(trial, state=TrialState.PRUNED)
+                log(f"trial {trial.number}: pruned after {time.time() - started:.0f}s")
+                continue
+            except BaseException:  # an error or Ctrl-C: record it, queue the parameters for the resumed search
+                study.tell(trial, state=TrialState.FAIL)
+                _requeue(study, study.get_trials(deepcopy=False)[trial.number])
+                raise
+        trial.set_user_attr("duration_s", round(time.time() - started, 1))
+        if not math.isfinite(value):
+            warn(f"trial {trial.number}: objective is {value}; recorded as failed")
+            study.tell(trial, state=TrialState.FAIL)
+            continue
+        study.tell(trial, value)
+        log(f"trial {trial.number}: {config.objective} {value:.4f} ({time.time() - started:.0f}s)")
+    running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+    if running:
+        log(f"{running} trial(s) still running in other workers (or left by a killed worker: they are retried "
+            "once their heartbeat is 60 s old)")
+    return {"study": study, "ran": ran}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The objective: train one trial with the stage function, score it on held-out problems
+# ---------------------------------------------------------------------------------------------------------------
+
+def _metric_key(objective: str) -> str:
+    return "accuracy_strict" if objective == "accuracy" else "avg_reward"
+
+
+def _eval_settings(config: TuneConfig, stage_cfg: Any) -> dict[str, Any]:
+    """The evaluation settings a trial is scored with (the stage's own rewards for ``objective: reward``)."""
+    settings: dict[str, Any] = {"max_new_tokens": config.max_new_tokens, "seed": config.seed or 0}
+    rewards = getattr(stage_cfg, "rewards", None)
+    if config.objective == "reward" and rewards:
+        settings["rewards"] = list(rewards)
+    return settings
+
+
+def load_heldout(config: TuneConfig, stage_cfg: Any, n: int) -> list[dict[str, Any]]:
+    """``n`` held-out problems (seeded sample of ``eval_split`` of the stage's dataset)."""
+    from agentic_rl.eval.evaluate import EvalConfig, load_rows
+
+    dataset = getattr(stage_cfg, "dataset", None) or "synthetic"
+    return load_rows(EvalConfig(dataset=dataset, split=config.eval_split, max_samples=n, seed=config.seed or 0))
+
+
+def score_model(config: TuneConfig, stage_cfg: Any, model: Any, rows: list[dict[str, Any]], *,
+                tokenizer: Any = None) -> tuple[float, dict[str, Any]]:
+    """The trial's objective value: greedy held-out accuracy (strict) or mean reward of ``model`` on ``rows``."""
+    from agentic_rl.eval import evaluate_model
+
+    metrics = evaluate_model(model, rows, tokenizer=tokenizer, **_eval_settings(config, stage_cfg))
+    metrics.pop("predictions", None)
+    value = metrics.get(_metric_key(config.objective))
+    return (float(value) if value is not None else float("nan")), metrics
+
+
+@contextlib.contextmanager
+def _preserved_rng() -> Iterator[None]:
+    """Run a side computation (a held-out evaluation inside training) without moving any random stream, so a trial
+    trains exactly as the same config does without tune's callback: the best YAML reproduces the trial."""
+    import random
+
+    import numpy as np
+    import torch
+
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+              torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        if states[3] is not None:
+            torch.cuda.set_rng_state_all(states[3])
+
+
+def pruning_callback(config: TuneConfig, stage_cfg: Any, trial, rows: list[dict[str, Any]], every: int):
+    """A TrainerCallback: every ``every`` steps, score the model on ``rows``, report it to the trial, and stop
+    training when the pruner says the trial is hopeless (the objective then raises ``TrialPruned``)."""
+    from transformers import TrainerCallback
+
+    class HeldOutPruning(TrainerCallback):
+        pruned_at: int | None = None
+
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            step = state.global_step
+            if step % every or step >= state.max_steps or model is None:
+                return
+            with _preserved_rng():
+                value, _ = score_model(config, stage_cfg, model, rows, tokenizer=processing_class)
+            trial.report(value, step)
+            log(f"trial {trial.number} step {step}: held-out {config.objective} {value:.4f} ({len(rows)} problems)")
+            if trial.should_prune():
+                self.pruned_at = step
+                control.should_training_stop = True
+
+    return HeldOutPruning()
+
+
+def _accepts_callbacks(fn: Callable[..., Any]) -> bool:
+    import inspect
+
+    return "callbacks" in inspect.signature(fn).parameters
+
+
+def _free_memory() -> None:
+    import gc
+
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _drop_weights(trial_dir: Path) -> None:
+    """A finished trial keeps its config, metrics and logs; its weights (GBs for real models) are removed."""
+    import shutil
+
+    for child in trial_dir.glob("*"):
+        if child.is_dir() and (child.name in ("merged", "adapter", "base", "best", "model", "final", "checkpoints")
+                               or child.name.startswith("checkpoint-")):
+            shutil.rmtree(child, ignore_errors=True)
+
+
+def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any], base: dict[str, Any],
+                   out: Path, keep_models: bool = False) -> Objective:
+    """The stage objective: resolve the trial's stage config, train (with the pruning callback), score."""
+    import optuna
+
+    cache: dict[str, Any] = {}
+    prune = config.prune and _accepts_callbacks(stage_run)
+    if config.prune and not prune:
+        warn(f"the {config.stage} stage's run() takes no callbacks=, so trials cannot report intermediate scores: "
+             "pruning is off")
+
+    def objective(trial, params: dict[str, Any]) -> float:
+        trial_dir = out / "trials" / str(trial.number)
+        stage_cfg = build_stage_config(cls, base, params, trial_dir, where=f"trial {trial.number}")
+        trial.set_user_attr("stage_config", config_to_dict(stage_cfg))
+        if "rows" not in cache:
+            cache["rows"] = load_heldout(config, stage_cfg, config.eval_samples)
+        kwargs: dict[str, Any] = {}
+        callback = None
+        if prune:
+            budget = getattr(stage_cfg, "max_steps", None) or 0
+            every = config.prune_every or max(1, budget // 4)
+            if budget and every < budget:
+                callback = pruning_callback(config, stage_cfg, trial, cache["rows"][:config.prune_samples], every)
+                kwargs["callbacks"] = [callback]
+        result = stage_run(stage_cfg, **kwargs)
+        model_dir = result["model_dir"] if isinstance(result, dict) else str(result)
+        try:
+            if callback is not None and callback.pruned_at is not None:
+                raise optuna.TrialPruned(f"pruned at step {callback.pruned_at}")
+            value, metrics = score_model(config, stage_cfg, model_dir, cache["rows"])
+            trial.set_user_attr("metrics", {k: v for k, v in metrics.items()
+                                            if isinstance(v, (int, float)) and not isinstance(v, bool)})
+            write_json(trial_dir / "tune_score.json", {"trial": trial.number, "params": params,
+                                                      config.objective: value, "metrics": metrics})
+            return value
+        finally:
+            if not keep_models:
+                _drop_weights(trial_dir)
+            _free_memory()
+
+    return objective
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------------------------------
+
+def run(config: TuneConfig) -> dict[str, Any]:
+    """Run (or resume, or join as another worker) the search; write the report; return the best trial's summary."""
+    space = parse_space(config.space, config.params)
+    cls, stage_run = stage_class(config.stage)
+    base = base_values(config, cls)
+    if config.seed is None:  # the sampler follows the trials' seed
+        config = dataclasses.replace(config, seed=int(base.get("seed", 0)))
+    validate_space(cls, space, base, config.search)
+    n_trials = config.trials
+    if config.search == "grid":
+        size = grid_size(space)
+        if n_trials is None or n_trials > size:
+            if n_trials is not None:
+                warn(f"trials ({n_trials}) is more than the grid's {size} points; running {size}")
+            n_trials = size
+    n_trials = n_trials or 20
+    out = run_dir(config.output_dir, f"tune-{config.stage}")
+    url = storage_url(config, out)
+    (out / "tune_config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    log(f"tune {config.stage}: {config.search} search over {', '.join(space)}; {n_trials} trials in study "
+        f"{config.study_name!r} at {url}")
+    objective = make_objective(config, cls, stage_run, base, out, keep_models=config.keep_models)
+    worker = optimize(config, space, objective, url, n_trials)
+    result = write_outputs(config, worker["study"], out)
+    result["ran_here"] = worker["ran"]
+    if "best_value" in result:
+        log(f"best: trial {result['best_trial']} {config.objective} {result['best_value']:.4f} "
+            f"{json.dumps(result['best_params'])} -> {result['best_config']}")
+    log(f"report: {result['report']}")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Report: table, best configs, plots
+# ---------------------------------------------------------------------------------------------------------------
+
+def trials_table(study) -> list[dict[str, Any]]:
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        rows.append({"number": t.number, "state": t.state.name, "value": t.value, **t.params,
+                     "duration_s": t.user_attrs.get("duration_s"),
+                     "last_step": max(t.intermediate_values) if t.intermediate_values else None})
+    return rows
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _markdown_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "(no trials)\n"
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    fmt = lambda v: "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _plots(study, out: Path, objective: str) -> list[str]:
+    """Optimisation history and parameter importance as PNGs (matplotlib); skipped with a note when not defined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as ovm
+
+    made = []
+    target_name = f"held-out {objective}"
+    plots = {"optimization_history.png": lambda: ovm.plot_optimization_history(study, target_name=target_name),
+             "param_importances.png": lambda: ovm.plot_param_importances(study, target_name=target_name)}
+    for name, plot in plots.items():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ax = plot()
+            fig = ax.figure if hasattr(ax, "figure") else ax.flatten()[0].figure
+            fig.set_size_inches(7, 4)
+            fig.tight_layout()
+            tmp = out / f".{name}.{os.getpid()}.png"
+            fig.savefig(tmp, dpi=100)
+            os.replace(tmp, out / name)
+            plt.close(fig)
+            made.append(name)
+        except (ValueError, RuntimeError, ZeroDivisionError) as exc:  # e.g. importance needs >= 2 complete trials
+            log(f"plot {name} skipped: {exc}")
+    return made
+
+
+def write_outputs(config: TuneConfig, study, out: Path) -> dict[str, Any]:
+    """trials.csv, best_<stage>.yaml, best_pipeline.yaml, plots and report.md from the study's current trials."""
+    from optuna.trial import TrialState
+
+    rows = trials_table(study)
+    buf = io.StringIO()
+    columns = list(dict.fromkeys(k for row in rows for k in row)) or ["number"]
+    writer = csv.DictWriter(buf, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    _atomic_write(out / "trials.csv", buf.getvalue())
+
+    result: dict[str, Any] = {"output_dir": str(out), "trials": len(rows),
+                              "complete": sum(r["state"] == "COMPLETE" for r in rows),
+                              "pruned": sum(r["state"] == "PRUNED" for r in rows)}
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    best_lines = ["No trial has completed yet."]
+    if complete:
+        best = study.best_trial
+        stage_values = dict(best.user_attrs.get("stage_config", {}))
+        stage_values.pop("output_dir", None)
+        best_stage = out / f"best_{config.stage}.yaml"
+        summary = (f"# best of {len(complete)} complete trials (study {config.study_name!r}): trial {best.number}, "
+                   f"held-out {config.objective} {best.value:.4f}\n")
+        _atomic_write(best_stage, summary + f"# rerun: agentic-rl {config.stage} --config {best_stage.name}\n"
+                      + yaml.safe_dump(stage_values, sort_keys=False))
+        shared = ("model", "dataset", "seed")  # top-level keys of a pipeline file
+        pipeline = {"stages": [config.stage], **{k: stage_values[k] for k in shared if stage_values.get(k) is not None},
+                    config.stage: {k: v for k, v in stage_values.items() if k not in shared}}
+        _atomic_write(out / "best_pipeline.yaml", summary + "# rerun: agentic-rl pipeline --config best_pipeline.yaml\n"
+                      + yaml.safe_dump(pipeline, sort_keys=False))
+        result.update({"best_trial": best.number, "best_value": best.value, "best_params": best.params,
+                       "best_config": str(best_stage), "best_pipeline_config": str(out / "best_pipeline.yaml")})
+        best_lines = [f"Best: trial {best.number}, {config.objective} **{best.value:.4f}** with "
+                      + ", ".join(f"`{k}={v}`" for k, v in best.params.items()),
+                      "", f"Rerun it: `agentic-rl {config.stage} --config {best_stage.name}` "
+                      "(or `agentic-rl pipeline --config best_pipeline.yaml`)."]
+    plots = _plots(study, out, config.objective)
+    report = [f"# Hyper-parameter search: {config.stage}, {config.search}", "",
+              f"Objective: held-out {config.objective} on {config.eval_samples} problems "
+              f"({config.eval_split} split) after {config.budget_steps or 'the configured'} training steps; "
+              f"{result['complete']} complete, {result['pruned']} pruned of {len(rows)} trials.", "",
+              *best_lines, "", "## Trials", "", _markdown_table(rows)]
+    report += [f"![{p}]({p})\n" for p in plots]
+    _atomic_write(out / "report.md", "\n".join(report))
+    result["report"] = str(out / "report.md")
+    return result

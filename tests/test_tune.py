@@ -1,0 +1,378 @@
+"""Hyper-parameter search: the search-space syntax, the strategies, the shared study, outputs, and real stage trials.
+
+Fast tests drive the real worker loop (``tune.optimize``: Optuna storage, samplers, budget lock) with a cheap
+numeric objective; the slow tests run real SFT trials on the tiny model in two worker processes at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentic_rl.errors import ConfigError
+from agentic_rl.tune import (Param, TuneConfig, grid_size, optimize, parse_param, parse_space, validate_space,
+                             write_outputs)
+
+
+def _url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'study.db'}"
+
+
+def _trials(tmp_path: Path, study_name: str = "tune-sft"):
+    import optuna
+
+    return optuna.load_study(study_name=study_name, storage=_url(tmp_path)).get_trials()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Search-space syntax
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_parse_every_kind():
+    assert parse_param("lr", "loguniform(1e-6, 1e-4)") == Param("lr", "loguniform", low=1e-6, high=1e-4, log=True)
+    assert parse_param("beta", "choice(0.01, 0.05, 0.1)").values == (0.01, 0.05, 0.1)
+    assert parse_param("lora_r", [8, 16, 32]).values == (8, 16, 32)
+    assert parse_param("w", "uniform(0, 0.2, step=0.05)").grid_values() == [0.0, 0.05, 0.1, 0.15, 0.2]
+    assert parse_param("g", "int(2, 8, step=2)").grid_values() == [2, 4, 6, 8]
+    assert parse_param("n", "int(1, 64, log=true)") == Param("n", "int", low=1, high=64, log=True)
+    # bare words are strings, true/false/null are literals, negative numbers are numbers
+    assert parse_param("x", "choice(dapo, 'grpo', true, null, -1.5)").values == ("dapo", "grpo", True, None, -1.5)
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ("__import__('os').system('echo pwned')", "must be one of"),
+    ("choice(open('x'))", "only numbers, strings"),
+    ("choice(1 + 2)", "only numbers, strings"),
+    ("uniform(1, 0)", "must be below"),
+    ("uniform(0, 1, step=0.3)", "not a multiple of step"),
+    ("loguniform(0, 1)", "lower bound > 0"),
+    ("int(1.5, 4)", "integer bounds"),
+    ("int(0, 8, log=true)", "low >= 1"),
+    ("uniform(0, 1, log=true)", "does not take ['log']"),
+    ("choice()", "at least one value"),
+    ("choice(8, 8)", "repeated values"),
+    ("uniform(0)", "two bounds"),
+    ("normal(0, 1)", "must be one of"),
+    ("choice(8, 16", "cannot parse"),
+    ("uniform(0, inf)", "must be a number"),
+])
+def test_parse_rejects_with_a_message(spec, fragment):
+    with pytest.raises(ConfigError) as err:
+        parse_param("p", spec)
+    assert fragment in str(err.value)
+    assert "'p'" in str(err.value)
+
+
+def test_flags_override_yaml_space():
+    space = parse_space({"learning_rate": "loguniform(1e-6, 1e-4)", "beta": [0.0, 0.1]},
+                        ["beta=choice(0.01, 0.05)", "lora-r=int(8, 32, step=8)"])
+    assert space["beta"].values == (0.01, 0.05)
+    assert space["lora_r"].grid_values() == [8, 16, 24, 32]
+    with pytest.raises(ConfigError, match="NAME=SPEC"):
+        parse_space({}, ["beta:choice(1,2)"])
+
+
+def test_grid_needs_discrete_values():
+    with pytest.raises(ConfigError, match="grid search needs discrete values for 'lr'"):
+        grid_size(parse_space({"lr": "loguniform(1e-6, 1e-4)", "r": [8, 16]}))
+    assert grid_size(parse_space({"a": [1, 2, 3], "b": "int(0, 3)", "c": "uniform(0, 1, step=0.5)"})) == 3 * 4 * 3
+
+
+def test_unknown_or_invalid_stage_keys_are_named():
+    from agentic_rl.train.grpo import GRPOConfig
+
+    base = {"model": "some/model"}
+    with pytest.raises(ConfigError) as err:
+        validate_space(GRPOConfig, parse_space({"learning_rat": "loguniform(1e-6, 1e-4)", "betta": [0.1]}), base,
+                       "random")
+    assert "'learning_rat'" in str(err.value) and "'betta'" in str(err.value)
+    assert "did you mean 'learning_rate'" in str(err.value)
+    # the value has the wrong type for the field
+    with pytest.raises(ConfigError, match="lora_r"):
+        validate_space(GRPOConfig, parse_space({"lora_r": "uniform(8, 32)"}), base, "random")
+    # the stage config's own validation rejects a choice value, before any trial runs
+    with pytest.raises(ConfigError, match=r"num_generations.*value 1"):
+        validate_space(GRPOConfig, parse_space({"num_generations": [1, 8]}), base, "grid")
+    with pytest.raises(ConfigError, match="output_dir"):
+        validate_space(GRPOConfig, parse_space({"output_dir": ["a", "b"]}), base, "grid")
+    with pytest.raises(ConfigError, match="empty"):
+        validate_space(GRPOConfig, {}, base, "random")
+
+
+def test_base_values_reject_unknown_fixed_keys(tmp_path):
+    from agentic_rl.train.grpo import GRPOConfig
+    from agentic_rl.tune import base_values
+
+    with pytest.raises(ConfigError, match="'max_stepz'.*did you mean 'max_steps'"):
+        base_values(TuneConfig(stage="grpo", fixed={"max_stepz": 3}), GRPOConfig)
+    pipeline_yaml = tmp_path / "pipe.yaml"
+    pipeline_yaml.write_text(yaml.safe_dump({"model": "Qwen/Qwen3-0.6B", "dataset": "gsm8k", "seed": 7,
+                                             "grpo": {"beta": 0.05, "lora_r": 16}, "sft": {"x": 1}}))
+    values = base_values(TuneConfig(stage="grpo", base_config=str(pipeline_yaml), budget_steps=5), GRPOConfig)
+    assert values == {"model": "Qwen/Qwen3-0.6B", "dataset": "gsm8k", "seed": 7, "beta": 0.05, "lora_r": 16,
+                      "max_steps": 5}
+    values = base_values(TuneConfig(stage="grpo", base_config=str(pipeline_yaml), seed=3), GRPOConfig)
+    assert values["seed"] == 3
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Strategies and the shared study (real Optuna storage, cheap objective)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _recording_objective(seen: list):
+    def objective(trial, params):
+        seen.append(dict(params))
+        trial.set_user_attr("stage_config", {"model": "m", **params})
+        return float(sum(v for v in params.values() if isinstance(v, (int, float)) and not isinstance(v, bool)))
+
+    return objective
+
+
+def test_grid_enumerates_exactly_the_cartesian_product(tmp_path):
+    space = parse_space({"a": [1, 2, 3], "b": "int(10, 11)", "c": ["x", "y"]})
+    seen: list = []
+    config = TuneConfig(search="grid", seed=0)
+    optimize(config, space, _recording_objective(seen), _url(tmp_path), grid_size(space))
+    got = [(p["a"], p["b"], p["c"]) for p in seen]
+    assert len(got) == 12 and len(set(got)) == 12
+    assert set(got) == set(itertools.product([1, 2, 3], [10, 11], ["x", "y"]))
+    # running again does nothing: the study already holds every grid point
+    optimize(config, space, _recording_objective(seen), _url(tmp_path), grid_size(space))
+    assert len(seen) == 12
+
+
+def test_random_respects_every_range(tmp_path):
+    space = parse_space({"lr": "loguniform(1e-6, 1e-4)", "w": "uniform(-0.5, 0.25)", "s": "uniform(0, 1, step=0.25)",
+                         "n": "int(3, 7)", "m": "int(1, 64, log=true)", "k": "int(2, 10, step=4)",
+                         "r": [8, 16, 32]})
+    seen: list = []
+    optimize(TuneConfig(search="random", seed=1), space, _recording_objective(seen), _url(tmp_path), 50)
+    assert len(seen) == 50
+    for p in seen:
+        assert 1e-6 <= p["lr"] <= 1e-4
+        assert -0.5 <= p["w"] <= 0.25
+        assert p["s"] in (0.0, 0.25, 0.5, 0.75, 1.0)
+        assert isinstance(p["n"], int) and 3 <= p["n"] <= 7
+        assert isinstance(p["m"], int) and 1 <= p["m"] <= 64
+        assert p["k"] in (2, 6, 10)
+        assert p["r"] in (8, 16, 32)
+    # independent draws cover the ranges (log-uniform spreads over both decades)
+    lrs = [p["lr"] for p in seen]
+    assert sum(x < 1e-5 for x in lrs) > 12 and sum(x > 1e-5 for x in lrs) > 12
+    assert {p["n"] for p in seen} == {3, 4, 5, 6, 7} and {p["r"] for p in seen} == {8, 16, 32}
+
+
+def test_bayes_search_improves_on_a_simple_objective(tmp_path):
+    space = parse_space({"x": "uniform(-3, 3)"})
+    values: list = []
+
+    def objective(trial, params):
+        values.append(-(params["x"] - 1.0) ** 2)
+        return values[-1]
+
+    optimize(TuneConfig(search="bayes", seed=0), space, objective, _url(tmp_path), 16)
+    assert len(values) == 16
+    assert max(values[5:]) > -0.05  # after its 5 random start-up trials, TPE closes in on the optimum
+
+
+def test_interrupted_grid_resumes_and_still_covers_the_grid(tmp_path):
+    space = parse_space({"a": [1, 2], "b": [3, 4, 5]})
+    seen: list = []
+    config = TuneConfig(search="grid", seed=0)
+
+    def interrupted(trial, params):
+        if len(seen) == 2:
+            seen.append(None)
+            raise KeyboardInterrupt
+        return _recording_objective(seen)(trial, params)
+
+    with pytest.raises(KeyboardInterrupt):
+        optimize(config, space, interrupted, _url(tmp_path), 6)
+    optimize(config, space, _recording_objective(seen), _url(tmp_path), 6)
+    from optuna.trial import TrialState
+
+    done = [(t.params["a"], t.params["b"]) for t in _trials(tmp_path) if t.state == TrialState.COMPLETE]
+    assert sorted(done) == sorted(itertools.product([1, 2], [3, 4, 5]))
+
+
+_WORKER = textwrap.dedent("""
+    import json, os, sys, time
+    from agentic_rl.tune import TuneConfig, optimize, parse_space
+    url, n, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    space = parse_space({"lr": "loguniform(1e-6, 1e-4)", "r": [8, 16, 32, 64]})
+    def objective(trial, params):
+        time.sleep(0.3)  # long enough for the two workers to interleave
+        with open(log, "a") as fh:
+            fh.write(json.dumps({"pid": os.getpid(), "number": trial.number, **params}) + "\\n")
+        return params["lr"]
+    optimize(TuneConfig(search=sys.argv[4], seed=0), space, objective, url, n)
+""")
+
+
+def test_two_workers_share_one_sqlite_study(tmp_path, search="bayes"):
+    log = tmp_path / "ran.jsonl"
+    n = 8
+    cmd = [sys.executable, "-c", _WORKER, _url(tmp_path), str(n), str(log), search]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outputs
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    numbers = [r["number"] for r in rows]
+    assert sorted(numbers) == list(range(n))                        # N trials in total, none run twice
+    assert len({r["pid"] for r in rows}) == 2                        # both workers took part
+    assert len({(r["lr"], r["r"]) for r in rows}) == n               # no proposal duplicated across workers
+    assert len(_trials(tmp_path)) == n                              # and no stray trial in the study
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Outputs
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_outputs_best_yaml_loads_into_the_stage_and_the_pipeline(tmp_path):
+    from agentic_rl.config import check_keys, config_to_dict, load_config
+    from agentic_rl.pipeline import load_pipeline_config
+    from agentic_rl.train.grpo import GRPOConfig
+    from agentic_rl.tune import build_stage_config
+
+    space = parse_space({"learning_rate": "loguniform(1e-6, 1e-5)", "beta": [0.01, 0.05, 0.1]})
+    config = TuneConfig(stage="grpo", search="random", seed=0, trials=6)
+    base = {"model": "Qwen/Qwen3-0.6B", "dataset": "gsm8k", "max_steps": 5, "seed": 0}
+
+    def objective(trial, params):
+        cfg = build_stage_config(GRPOConfig, base, params, tmp_path / "trials" / str(trial.number), where="t")
+        trial.set_user_attr("stage_config", config_to_dict(cfg))
+        return -abs(math.log10(params["learning_rate"]) + 5.5) + params["beta"]
+
+    study = optimize(config, space, objective, _url(tmp_path), 6)["study"]
+    result = write_outputs(config, study, tmp_path)
+    best = study.best_trial
+    assert result["best_trial"] == best.number and result["best_value"] == pytest.approx(best.value)
+
+    stage_cfg = load_config(GRPOConfig, result["best_config"])
+    assert stage_cfg.learning_rate == pytest.approx(best.params["learning_rate"])
+    assert stage_cfg.beta == best.params["beta"] and stage_cfg.max_steps == 5 and stage_cfg.model == base["model"]
+    assert stage_cfg.output_dir is None  # the rerun gets its own directory
+
+    pipeline = load_pipeline_config(result["best_pipeline_config"])
+    assert pipeline.stages == ["grpo"] and pipeline.model == base["model"] and pipeline.dataset == "gsm8k"
+    check_keys(GRPOConfig, pipeline.grpo, where="best_pipeline.yaml")
+    assert pipeline.grpo["learning_rate"] == pytest.approx(best.params["learning_rate"])
+
+    rows = (tmp_path / "trials.csv").read_text().splitlines()
+    assert len(rows) == 7 and rows[0].startswith("number,state,value")
+    report = (tmp_path / "report.md").read_text()
+    assert f"trial {best.number}" in report and "![optimization_history.png]" in report
+    assert (tmp_path / "optimization_history.png").stat().st_size > 1000
+    assert (tmp_path / "param_importances.png").stat().st_size > 1000
+
+
+def test_cli_builds_the_tune_command():
+    from agentic_rl.cli import build_parser
+    from agentic_rl.config import config_from_args
+
+    parser = build_parser(only="tune")
+    args = parser.parse_args(["tune", "--stage", "grpo", "--search", "grid", "--param", "beta=choice(0.01,0.05)",
+                              "--param", "lora_r=[8, 16]", "--trials", "4", "--no-prune"])
+    config = config_from_args(TuneConfig, args)
+    assert config.stage == "grpo" and config.search == "grid" and config.trials == 4 and config.prune is False
+    assert config.params == ["beta=choice(0.01,0.05)", "lora_r=[8, 16]"]
+    space = parse_space({}, config.params)
+    assert space["beta"].values == (0.01, 0.05) and space["lora_r"].values == (8, 16)
+
+
+def test_median_pruner_stops_trials_below_the_median(tmp_path):
+    import optuna
+    from optuna.trial import TrialState
+
+    space = parse_space({"x": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]})
+
+    def objective(trial, params):  # the learning curve of a trial: its x at every step
+        for step in range(1, 4):
+            trial.report(params["x"], step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return params["x"]
+
+    study = optimize(TuneConfig(search="grid", prune_startup_trials=2), space, objective, _url(tmp_path), 8)["study"]
+    trials = study.get_trials()
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    assert len(trials) == 8 and pruned                  # pruned trials count towards the budget
+    for t in pruned:                                     # each was below the median of the trials before it
+        earlier = [u.params["x"] for u in trials if u.number < t.number and u.state == TrialState.COMPLETE]
+        assert len(earlier) >= 2 and t.params["x"] < sorted(earlier)[len(earlier) // 2] + 1e-9
+    assert study.best_trial.params["x"] == 0.8
+    assert write_outputs(TuneConfig(), study, tmp_path)["pruned"] == len(pruned)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Real trials: SFT on the tiny model, two workers at once, then the best YAML rerun
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_two_sft_workers_then_the_best_yaml_reproduces_its_trial(tmp_path, tiny_model_dir):
+    import os
+
+    import torch
+    from safetensors.torch import load_file
+
+    from agentic_rl.config import load_config
+    from agentic_rl.train.sft import SFTConfig
+    from agentic_rl.tune import load_heldout, score_model
+
+    out = tmp_path / "search"
+    spec = {"stage": "sft", "search": "random", "trials": 4, "seed": 0, "output_dir": str(out),
+            "space": {"learning_rate": "loguniform(1e-4, 1e-2)", "lora_r": [4, 8]},
+            "fixed": {"model": str(tiny_model_dir), "max_samples": 32, "batch_size": 4, "report_to": "none",
+                      "logging_steps": 1},
+            "budget_steps": 2, "eval_samples": 3, "max_new_tokens": 8, "prune_every": 1, "prune_samples": 2,
+            "keep_models": True}
+    config_path = tmp_path / "tune.yaml"
+    config_path.write_text(yaml.safe_dump(spec))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "agentic_rl", "tune", "--config", str(config_path)]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(2)]
+    logs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+
+    # four trials in total, each run by exactly one worker, each with its held-out score and intermediate reports
+    import re
+
+    started = [set(int(n) for n in re.findall(r"\] trial (\d+): \{", log)) for log in logs]
+    assert started[0].isdisjoint(started[1]) and started[0] | started[1] == {0, 1, 2, 3}, started
+    from optuna.trial import TrialState
+
+    trials = _trials(out)
+    assert len(trials) == 4 and all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
+    assert all(t.intermediate_values and min(t.intermediate_values) == 1 for t in trials)
+
+    # the best YAML loads into the stage as is and, rerun with the same seed, reproduces the trial exactly
+    import optuna
+
+    best = optuna.load_study(study_name="tune-sft", storage=_url(out)).best_trial
+    assert f"Best: trial {best.number}" in (out / "report.md").read_text()
+    best_cfg = load_config(SFTConfig, out / "best_sft.yaml", {"output_dir": str(tmp_path / "rerun")})
+    assert best_cfg.learning_rate == pytest.approx(best.params["learning_rate"]) and best_cfg.max_steps == 2
+    # rerun as a user would (same environment as the workers: bitwise CPU results depend on the thread count)
+    rerun_cmd = [sys.executable, "-m", "agentic_rl", "sft", "--config", str(out / "best_sft.yaml"),
+                 "--output-dir", str(tmp_path / "rerun")]
+    proc = subprocess.run(rerun_cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trial_dir = out / "trials" / str(best.number)
+    original = load_file(str(trial_dir / "adapter" / "adapter_model.safetensors"))
+    again = load_file(str(tmp_path / "rerun" / "adapter" / "adapter_model.safetensors"))
+    assert original.keys() == again.keys()
+    assert all(torch.equal(original[k], again[k]) for k in original)
+    tune_config = TuneConfig(**{k: v for k, v in spec.items() if k in ("eval_samples", "max_new_tokens", "seed")})
+    value, _ = score_model(tune_config, best_cfg, str(tmp_path / "rerun" / "merged"),
+                           load_heldout(tune_config, best_cfg, 3))
+    assert value == pytest.approx(best.value)
+    assert json.loads((trial_dir / "tune_score.json").read_text())["accuracy"] == pytest.approx(best.value)
