@@ -69,3 +69,25 @@ def test_top_level_help_lists_every_stage(capsys):
     out = capsys.readouterr().out
     for command in ["data", "pretrain", "sft", "grpo", "eval", "quickstart", "pipeline", "tune", "export", "serve"]:
         assert command in out
+
+
+def test_stage_reads_its_section_of_a_pipeline_file(tmp_path):
+    import argparse
+
+    from agentic_rl.config import add_config_arguments
+
+    @dataclass
+    class StageConfig:
+        model: str = field(default="m", metadata={"help": "model"})
+        seed: int = field(default=0, metadata={"help": "seed"})
+        steps: int = field(default=1, metadata={"help": "steps"})
+
+    path = tmp_path / "pipeline.yaml"
+    path.write_text("model: base-dir\nseed: 3\neval_samples: 10\nsft:\n  steps: 7\ngrpo:\n  steps: 99\n")
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, StageConfig)
+    cfg = config_from_args(StageConfig, parser.parse_args([]), yaml_path=path, section="sft")
+    assert (cfg.model, cfg.seed, cfg.steps) == ("base-dir", 3, 7)
+    path.write_text("model: base-dir\nsft:\n  stepz: 7\n")
+    with pytest.raises(ConfigError, match="stepz"):
+        config_from_args(StageConfig, parser.parse_args([]), yaml_path=path, section="sft")

@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from agentic_rl.config import config_from_args
 
         config_cls, run, _ = _load_command(args.command)
-        config = config_from_args(config_cls, args, yaml_path=args._config_file)
+        config = config_from_args(config_cls, args, yaml_path=args._config_file, section=args.command)
         run(config)
         return 0
     except AgenticRLError as exc:

@@ -177,6 +177,14 @@ def config_from_dict(cls: type[T], values: dict[str, Any], *, from_string: bool 
         raise ConfigError(f"invalid {where}: {exc}") from None
 
 
+def check_keys(cls: type, values: dict[str, Any], *, where: str) -> None:
+    """Raise :class:`ConfigError` for the first key of ``values`` that ``cls`` does not have (with a suggestion)."""
+    fields = _fields(cls)
+    for key in values:
+        if key.replace("-", "_") not in fields:
+            raise _unknown_key_error(key, list(fields), where)
+
+
 def load_config(cls: type[T], yaml_path: str | Path | None = None, overrides: dict[str, Any] | None = None,
                 *, section: str | None = None) -> T:
     """YAML file values (optionally one ``section`` of it), then ``overrides`` (CLI flags, already typed)."""
@@ -259,8 +267,17 @@ def config_from_args(cls: type[T], args: argparse.Namespace, yaml_path: str | Pa
     if yaml_path:
         data = read_yaml(yaml_path)
         if section is not None and isinstance(data.get(section), dict):
-            data = data[section]
+            # A pipeline file: take the stage's section, plus the shared top-level keys the stage also has.
+            shared = {k: v for k, v in data.items() if k in PIPELINE_SHARED_KEYS and k in fields}
+            data = {**shared, **data[section]}
+            where = f"{yaml_path} [{section}]"
+        else:
+            where = str(yaml_path)
         values.update(data)
-        where = str(yaml_path)
     values.update(overrides)
     return config_from_dict(cls, values, where=where)
+
+
+# Top-level keys of a pipeline YAML that a single stage run with that file inherits (`agentic-rl sft --config
+# pipeline.yaml` reads the `sft:` section plus these).
+PIPELINE_SHARED_KEYS = ("model", "dataset", "seed")
