@@ -21,3 +21,36 @@ def gsm8k_dir() -> Path:
     if not (GSM8K_DIR / "train.jsonl").is_file() or not (GSM8K_DIR / "test.jsonl").is_file():
         pytest.skip(f"real GSM8K files not found in {GSM8K_DIR}")
     return GSM8K_DIR
+
+
+# --- model fixtures (owned by the model/SFT helper; additive) --------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A saved random-init micro Qwen3 (2 layers, hidden 64) + the embedded BPE tokenizer with chat template.
+
+    Loads with ``AutoModelForCausalLM/AutoTokenizer.from_pretrained``; eos = ``<|im_end|>``, pad = ``<|endoftext|>``.
+    Built in a few seconds; untrained, so it writes gibberish — use it for plumbing, not for learning.
+    """
+    from agentic_rl.models.tiny import build_tiny_model, default_tokenizer_corpus, save_model_dir, train_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny_model")
+    tokenizer = train_tokenizer(default_tokenizer_corpus(2000, seed=0), vocab_size=512)
+    model = build_tiny_model(tokenizer, "micro", seed=0)
+    return save_model_dir(model, tokenizer, path)
+
+
+@pytest.fixture(scope="session")
+def qwen3_shape_dir(tmp_path_factory) -> Path:
+    """Stand-in for ``Qwen/Qwen3-0.6B``: a random-init model with the real Qwen3-0.6B config keys and structure
+    (Qwen3ForCausalLM, head_dim 128, GQA 2:1, q/k-norm, tied embeddings, rope 1e6) scaled to 2 layers / hidden 128,
+    with a tokenizer whose chat template has Qwen3's thinking behaviour (``enable_thinking=False`` -> empty think block).
+    """
+    from agentic_rl.models.tiny import (QWEN3_STYLE_CHAT_TEMPLATE, build_qwen3_shape_model, default_tokenizer_corpus,
+                                        save_model_dir, train_tokenizer)
+
+    path = tmp_path_factory.mktemp("qwen3_shape")
+    tokenizer = train_tokenizer(default_tokenizer_corpus(2000, seed=1), vocab_size=512,
+                                chat_template=QWEN3_STYLE_CHAT_TEMPLATE)
+    model = build_qwen3_shape_model(tokenizer, seed=0)
+    return save_model_dir(model, tokenizer, path)

@@ -1,0 +1,213 @@
+"""Load any causal LM and its tokenizer, by Hub id or local directory, ready for training or generation.
+
+``load_model_and_tokenizer(name_or_path)`` is the one loader every stage uses:
+
+* **where**: a local directory first (a full model, or a PEFT adapter directory whose ``adapter_config.json`` names
+  its base model), then the local Hugging Face cache, then the Hub — but only when the Hub is reachable. With
+  ``HF_HUB_OFFLINE=1`` or no network the failure is immediate and one line long (no retry loop), suggesting a local
+  path or the embedded model;
+* **dtype**: ``"auto"`` means bf16 on a GPU that supports it, fp32 on CPU (and on GPUs without bf16 when training;
+  fp16 for inference there);
+* **tokenizer**: a pad token is always set (the EOS token when the tokenizer has none); the chat template must exist,
+  since every stage renders prompts with it. Left padding for batched generation is the evaluator's choice.
+* **adapters**: a directory holding ``adapter_config.json`` loads the base model plus the adapter — as a trainable
+  ``PeftModel`` with ``for_training=True``, merged (``merge_and_unload``) otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from agentic_rl.errors import ModelLoadError
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+           "float16": "float16", "fp16": "float16", "half": "float16"}
+_EMBEDDED_HINT = ("pass a local model directory, or use the embedded model (`agentic-rl pretrain`, then pass its "
+                  "output directory)")
+
+
+def resolve_device(device: str | None = None) -> str:
+    """``None`` -> ``"cuda"`` when a GPU is visible, else ``"cpu"``."""
+    import torch
+
+    if device:
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype: Any = "auto", device: str | None = None, *, for_training: bool = True):
+    """The torch dtype to load weights in: ``"auto"`` picks by device, strings like ``"bf16"`` are mapped."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        device = resolve_device(device)
+        if device.startswith("cuda"):
+            if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+                return torch.bfloat16
+            return torch.float32 if for_training else torch.float16
+        return torch.float32
+    name = _DTYPES.get(str(dtype).lower())
+    if name is None:
+        raise ModelLoadError(f"unknown dtype '{dtype}'; use auto, float32, bfloat16 or float16")
+    return getattr(torch, name)
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """False when ``HF_HUB_OFFLINE`` is set or the Hub endpoint cannot be reached within ``timeout`` seconds."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    parsed = urlparse(endpoint)
+    host = parsed.hostname or "huggingface.co"
+    port = parsed.port or (443 if parsed.scheme != "http" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    return (Path(path) / "adapter_config.json").is_file()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def resolve_model_path(name: str) -> str:
+    """A local directory for ``name`` when there is one (the path itself, or the Hub id's snapshot in the local
+    cache), else ``name`` itself when the Hub is reachable; otherwise a one-line :class:`ModelLoadError` at once.
+
+    Nothing here touches the network except a single TCP connect with a 3 s timeout: transformers' own lookups
+    retry for tens of seconds when offline (even with ``local_files_only``, for the adapter-config probe).
+    """
+    if Path(name).is_dir():
+        return name
+    if Path(name).exists() or name.startswith((".", "/", "~")):
+        raise ModelLoadError(f"model path {name} is not a directory; {_EMBEDDED_HINT}")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(name, local_files_only=True)
+    except Exception:  # not cached (or not a valid repo id): try the Hub below
+        pass
+    if not hub_reachable():
+        why = "HF_HUB_OFFLINE=1" if os.environ.get("HF_HUB_OFFLINE") else "the Hugging Face Hub is unreachable"
+        raise ModelLoadError(f"cannot load '{name}': not a local directory, not in the local cache, and {why}; "
+                             f"{_EMBEDDED_HINT}")
+    return name
+
+
+def _from_pretrained(loader, name: str, kind: str, **kwargs):
+    """``loader.from_pretrained`` on a resolved name; any failure becomes one ModelLoadError line."""
+    path = resolve_model_path(name)
+    try:
+        return loader.from_pretrained(path, **kwargs)
+    except (OSError, ValueError, KeyError) as exc:
+        where = f"directory {name}" if Path(name).is_dir() else f"'{name}'"
+        raise ModelLoadError(f"cannot load the {kind} from {where}: {_one_line(exc)}") from None
+
+
+def load_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False, require_chat_template: bool = True):
+    """Tokenizer with a pad token and (unless ``require_chat_template=False``) a checked chat template."""
+    from transformers import AutoTokenizer
+
+    name = str(name_or_path)
+    tokenizer = _from_pretrained(AutoTokenizer, name, "tokenizer", trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ModelLoadError(f"tokenizer of {name} has neither a pad nor an EOS token; add one to its "
+                                 f"tokenizer_config.json")
+        tokenizer.pad_token = tokenizer.eos_token
+    if require_chat_template and not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(f"tokenizer of {name} has no chat template (prompts are rendered with it); use an "
+                             f"instruct/chat model or add chat_template.jinja to the directory")
+    return tokenizer
+
+
+def load_model_and_tokenizer(name_or_path: str | Path, *, dtype: Any = "auto", device: str | None = None,
+                             trust_remote_code: bool = False, for_training: bool = True, adapter_ok: bool = True,
+                             require_chat_template: bool = True) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for a Hub id, a model directory, or a PEFT adapter directory.
+
+    The model is on ``device`` (default: GPU if present, else CPU) in the dtype :func:`resolve_dtype` picks; in
+    train mode when ``for_training`` and in eval mode otherwise. An adapter directory gives a trainable ``PeftModel``
+    with ``for_training=True``, and a merged plain model otherwise.
+    """
+    from transformers import AutoModelForCausalLM
+
+    name = str(name_or_path)
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device, for_training=for_training)
+
+    adapter_dir: Path | None = None
+    base_name = name
+    if Path(name).is_dir() and is_adapter_dir(name):
+        if not adapter_ok:
+            raise ModelLoadError(f"{name} holds a PEFT adapter, not a full model; pass its merged model directory")
+        adapter_dir = Path(name)
+        try:
+            adapter_cfg = json.loads((adapter_dir / "adapter_config.json").read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ModelLoadError(f"{adapter_dir / 'adapter_config.json'}: unreadable ({_one_line(exc)})") from None
+        base_name = adapter_cfg.get("base_model_name_or_path") or ""
+        if not base_name:
+            raise ModelLoadError(f"{adapter_dir / 'adapter_config.json'}: field 'base_model_name_or_path' is empty")
+    elif Path(name).is_dir() and not (Path(name) / "config.json").is_file():
+        raise ModelLoadError(f"{name} has neither config.json (a model) nor adapter_config.json (an adapter)")
+
+    model = _from_pretrained(AutoModelForCausalLM, base_name, "model", dtype=torch_dtype,
+                             trust_remote_code=trust_remote_code)
+    # The tokenizer: the adapter directory's own copy when it has one (SFT saves it there), else the base model's.
+    tok_source = name if adapter_dir is not None and _has_tokenizer(adapter_dir) else base_name
+    tokenizer = load_tokenizer(tok_source, trust_remote_code=trust_remote_code,
+                               require_chat_template=require_chat_template)
+
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        try:
+            model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=for_training)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise ModelLoadError(f"cannot apply the adapter in {adapter_dir} to {base_name}: {_one_line(exc)}") \
+                from None
+        if not for_training:
+            model = model.merge_and_unload()
+
+    _sync_special_ids(model, tokenizer)
+    model.to(device)
+    model.train(for_training)
+    return model, tokenizer
+
+
+def _has_tokenizer(path: Path) -> bool:
+    return any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+
+
+def _sync_special_ids(model, tokenizer) -> None:
+    """Make the model's pad id agree with the tokenizer (generation warns and mis-pads otherwise)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(base.config, "pad_token_id", None) is None:
+        base.config.pad_token_id = tokenizer.pad_token_id
+    gen = getattr(base, "generation_config", None)
+    if gen is not None:
+        if gen.pad_token_id is None:
+            gen.pad_token_id = tokenizer.pad_token_id
+        if gen.eos_token_id is None:
+            gen.eos_token_id = tokenizer.eos_token_id
+
+
+def count_parameters(model) -> tuple[int, int]:
+    """``(trainable, total)`` parameter counts."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    return trainable, total

@@ -1,0 +1,313 @@
+"""Stage 2: supervised fine-tuning on worked solutions, with LoRA by default, using TRL's ``SFTTrainer``.
+
+Algorithm:
+
+1. Data: task rows (``data.load_task_dataset``: the synthetic task, GSM8K, or a custom dataset) become
+   conversational prompt-completion rows (``data.to_sft_dataset``): the prompt is the shared system + user messages
+   (``data.formats.build_prompt``), the completion one assistant message ``step\\nstep\\nFinal Answer: N``.
+   ``answer_only_fraction`` of the demonstrations keep only the final-answer line (imperfect demonstrations).
+2. Tokenization (TRL): the prompt with the chat template's generation prompt, then prompt + completion; the loss
+   covers the completion tokens only, including the template's end-of-turn token ``<|im_end|>`` (the EOS), so the
+   model learns to stop.
+3. Model: any causal LM (``models.load_model_and_tokenizer``). LoRA (rank ``lora_r``, scale ``lora_alpha``/r,
+   dropout, on q/k/v/o projections, optionally the MLP's gate/up/down) unless ``full`` is set.
+4. Optimisation: AdamW, linear warm-up over the first ``warmup_ratio`` of the steps, then linear decay to 0 (the
+   seed's schedule). Loss, gradient norm and learning rate go to TensorBoard (``<run>/tensorboard``) or wandb;
+   the health rules of ``train.monitoring`` print live warnings.
+5. Output in the run directory: ``checkpoints/`` (for ``--resume``), ``adapter/`` (LoRA weights + tokenizer),
+   ``merged/`` (``merge_and_unload``: a plain model directory later stages and export start from), ``config.yaml``,
+   ``metrics.json`` and ``log_history.json``.
+
+CPU defaults: no bf16, no activation checkpointing, ``use_cpu``; on a GPU: bf16 where supported and activation
+checkpointing for models above 100M parameters. The resolved settings are printed.
+
+Run: ``agentic-rl sft --model runs/pretrain/model --output-dir runs/sft`` (add ``--full`` for full fine-tuning,
+``--resume`` to continue an interrupted run).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentic_rl.config import format_config, save_config
+from agentic_rl.errors import ConfigError
+from agentic_rl.utils import has_gpu, log, run_dir, set_seed, supports_bf16, warn, write_json
+
+ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class SFTConfig:
+    model: str = field(default="runs/pretrain/model", metadata={
+        "help": "base model: Hub id or local directory (a model or a PEFT adapter directory)"})
+    dataset: str = field(default="synthetic", metadata={
+        "help": "task data: synthetic, gsm8k, a Hub id, a local file/folder, or a registered name"})
+    split: str = field(default="train", metadata={"help": "dataset split to train on"})
+    max_samples: int | None = field(default=None, metadata={"help": "use at most N training rows (random, seed)"})
+    synthetic_train_size: int = field(default=5000, metadata={"help": "rows in the synthetic train split"})
+    synthetic_test_size: int = field(default=500, metadata={
+        "help": "rows in the synthetic test split (kept out of training; match the evaluation's)"})
+    synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic task (same for all stages)"})
+    output_dir: str | None = field(default=None, metadata={"help": "run directory (default runs/sft)"})
+    seed: int = field(default=0, metadata={"help": "random seed (sampling, LoRA init, data order)"})
+    full: bool = field(default=False, metadata={"help": "full fine-tuning instead of LoRA"})
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (the update is scaled by alpha / r)"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input"})
+    lora_target: list[str] = field(default_factory=lambda: list(ATTENTION_TARGETS), metadata={
+        "help": "modules that get LoRA adapters (comma list)"})
+    lora_mlp: bool = field(default=False, metadata={"help": "also adapt the MLP (gate_proj, up_proj, down_proj)"})
+    learning_rate: float = field(default=2e-4, metadata={"help": "peak learning rate"})
+    epochs: float = field(default=1.0, metadata={"help": "passes over the data (when max_steps is -1)"})
+    max_steps: int = field(default=-1, metadata={"help": "optimizer steps; -1: use epochs"})
+    batch_size: int = field(default=16, metadata={"help": "rows per device per forward pass"})
+    grad_accum: int = field(default=1, metadata={"help": "gradient accumulation steps"})
+    warmup_ratio: float = field(default=0.1, metadata={"help": "share of steps for linear warm-up"})
+    lr_scheduler: str = field(default="linear", metadata={
+        "help": "decay after warm-up (linear to 0 is the seed's schedule)",
+        "choices": ["linear", "cosine", "constant_with_warmup"]})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
+    max_length: int = field(default=512, metadata={"help": "truncate prompt + completion to N tokens"})
+    answer_only_fraction: float = field(default=0.0, metadata={
+        "help": "share of demonstrations showing only the final answer, no steps (imperfect demonstrations)"})
+    enable_thinking: bool = field(default=False, metadata={"help": "Qwen3 thinking blocks in the chat template"})
+    dtype: str = field(default="auto", metadata={"help": "weights dtype: auto (bf16 on GPU, fp32 on CPU), "
+                                                         "float32, bfloat16, float16"})
+    gradient_checkpointing: str = field(default="auto", metadata={
+        "help": "activation checkpointing: auto (on for GPU models > 100M parameters), on, off",
+        "choices": ["auto", "on", "off"]})
+    report_to: str = field(default="tensorboard", metadata={"help": "tensorboard, wandb (offline works), none"})
+    logging_steps: int = field(default=10, metadata={"help": "log loss / grad norm / lr every N steps"})
+    save_steps: int = field(default=100, metadata={"help": "checkpoint every N steps (for --resume)"})
+    save_total_limit: int = field(default=2, metadata={"help": "keep at most N checkpoints"})
+    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in the run directory"})
+    merge: bool = field(default=True, metadata={"help": "also save the merged model (<run>/merged)"})
+    trust_remote_code: bool = field(default=False, metadata={"help": "allow custom model code from the Hub"})
+
+    def __post_init__(self):
+        if not 0.0 <= self.answer_only_fraction <= 1.0:
+            raise ConfigError(f"answer_only_fraction ({self.answer_only_fraction}) must be between 0 and 1")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ConfigError(f"max_steps ({self.max_steps}) must be positive, or -1 to train for `epochs`")
+        if self.max_steps == -1 and self.epochs <= 0:
+            raise ConfigError(f"epochs ({self.epochs}) must be positive when max_steps is -1")
+        if self.lora_r < 1 and not self.full:
+            raise ConfigError(f"lora_r ({self.lora_r}) must be >= 1 (or set full: true)")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError(f"warmup_ratio ({self.warmup_ratio}) must be in [0, 1)")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ConfigError(f"lora_dropout ({self.lora_dropout}) must be in [0, 1)")
+        if self.batch_size < 1 or self.grad_accum < 1:
+            raise ConfigError("batch_size and grad_accum must be >= 1")
+        if self.max_length < 16:
+            raise ConfigError(f"max_length ({self.max_length}) must be at least 16")
+        if self.save_steps < 1:
+            raise ConfigError(f"save_steps ({self.save_steps}) must be >= 1")
+
+    @property
+    def target_modules(self) -> list[str]:
+        targets = list(dict.fromkeys(self.lora_target + (MLP_TARGETS if self.lora_mlp else [])))
+        return targets
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------------------------
+
+def build_sft_dataset(config: SFTConfig):
+    """Prompt-completion rows (plus ``chat_template_kwargs``) for TRL, from the configured task data."""
+    from agentic_rl.data import load_task_dataset, to_sft_dataset
+
+    rows = load_task_dataset(config.dataset, config.split, max_samples=config.max_samples, seed=config.seed,
+                             synthetic_seed=config.synthetic_seed, synthetic_train_size=config.synthetic_train_size,
+                             synthetic_test_size=config.synthetic_test_size)
+    ds = to_sft_dataset(rows, answer_only_fraction=config.answer_only_fraction, seed=config.seed)
+    kwargs = {"enable_thinking": config.enable_thinking}
+    return ds.map(lambda _: {"chat_template_kwargs": kwargs})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------------------------------------------
+
+def prepare_model(config: SFTConfig):
+    """``(model, tokenizer)``: the base with LoRA adapters attached (or all weights trainable with ``full``)."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from agentic_rl.models.loading import is_adapter_dir, load_model_and_tokenizer
+
+    source = config.model
+    if Path(source).is_dir():  # absolute, so that the saved adapter's base_model_name_or_path works from anywhere
+        source = str(Path(source).resolve())
+    adapter_input = Path(source).is_dir() and is_adapter_dir(source)
+    # Full fine-tuning of an adapter directory starts from the merged model; LoRA continues the given adapter.
+    model, tokenizer = load_model_and_tokenizer(source, dtype=config.dtype,
+                                                trust_remote_code=config.trust_remote_code,
+                                                for_training=not (adapter_input and config.full))
+    model.train()
+    if config.full:
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model, tokenizer
+    if isinstance(model, PeftModel):
+        log(f"continuing the LoRA adapter in {config.model}")
+        return model, tokenizer
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    missing = [t for t in config.target_modules if t not in names]
+    if missing:
+        raise ConfigError(f"lora_target {missing} not found in the model; its linear layers include "
+                          f"{', '.join(sorted(n for n in names if n.endswith('proj')))}")
+    lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                      target_modules=config.target_modules, task_type="CAUSAL_LM", bias="none")
+    return get_peft_model(model, lora), tokenizer
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Run
+# ---------------------------------------------------------------------------------------------------------------
+
+def _last_checkpoint(path: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(path)) if path.is_dir() else None
+
+
+def trainer_arguments(config: SFTConfig, out: Path, report_to: list[str], n_params: int):
+    """TRL's ``SFTConfig`` with the device defaults resolved (CPU: fp32, no checkpointing; GPU: bf16)."""
+    import trl
+
+    gpu = has_gpu()
+    if config.gradient_checkpointing == "auto":
+        checkpointing = gpu and n_params > 100_000_000
+    else:
+        checkpointing = config.gradient_checkpointing == "on"
+    return trl.SFTConfig(
+        output_dir=str(out / "checkpoints"),
+        max_steps=config.max_steps,
+        num_train_epochs=config.epochs,
+        per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accum,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler,
+        warmup_steps=config.warmup_ratio,  # a float < 1 is a share of the total steps
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        max_length=config.max_length,
+        completion_only_loss=True,
+        packing=False,
+        logging_steps=config.logging_steps,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        report_to=report_to,
+        seed=config.seed,
+        use_cpu=not gpu,
+        bf16=gpu and supports_bf16() and config.dtype in ("auto", "bfloat16", "bf16"),
+        activation_checkpointing=checkpointing,
+        dataloader_num_workers=0,
+        dataset_num_proc=None,
+        disable_tqdm=False,
+    )
+
+
+def save_outputs(trainer, tokenizer, out: Path, *, full: bool, merge: bool) -> dict[str, str | None]:
+    """``<run>/adapter`` (LoRA runs) and ``<run>/merged`` (always for full runs; LoRA runs unless merge=False)."""
+    from peft import PeftModel
+
+    from agentic_rl.models.tiny import save_model_dir
+
+    model = trainer.model
+    paths: dict[str, str | None] = {"adapter_dir": None, "merged_dir": None}
+    if isinstance(model, PeftModel) and not full:
+        adapter_dir = out / "adapter"
+        model.save_pretrained(adapter_dir)
+        tokenizer.save_pretrained(adapter_dir)
+        paths["adapter_dir"] = str(adapter_dir)
+        if merge:
+            merged = model.merge_and_unload()
+            trainer.model = merged
+            paths["merged_dir"] = str(save_model_dir(merged, tokenizer, out / "merged"))
+    else:
+        if isinstance(model, PeftModel):
+            model = model.merge_and_unload()
+        paths["merged_dir"] = str(save_model_dir(model, tokenizer, out / "merged"))
+    return paths
+
+
+def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
+    """Fine-tune; returns ``{"run_dir", "adapter_dir", "merged_dir", "model_dir", "metrics"}``.
+
+    ``callbacks`` are extra ``TrainerCallback``s (tests, hyper-parameter search pruning).
+    """
+    import trl
+
+    from agentic_rl.models.loading import count_parameters
+    from agentic_rl.train.monitoring import HealthCallback, logging_callbacks, resolve_report_to
+
+    start = time.time()
+    out = run_dir(config.output_dir, "sft")
+    print(format_config(config, "sft"), flush=True)
+    save_config(config, out / "config.yaml")
+    report = resolve_report_to(config.report_to, out)
+    report_rest, log_callbacks = logging_callbacks(report, out)
+    set_seed(config.seed)
+
+    dataset = build_sft_dataset(config)
+    model, tokenizer = prepare_model(config)
+    n_train, n_total = count_parameters(model)
+    args = trainer_arguments(config, out, report_rest, n_total)
+    health = HealthCallback()
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                             callbacks=[health, *log_callbacks, *(callbacks or [])])
+    steps = trainer.args.max_steps if trainer.args.max_steps > 0 else None
+    device = next(model.parameters()).device
+    log(f"sft resolved: {'full fine-tuning' if config.full else f'LoRA r={config.lora_r} alpha={config.lora_alpha} on ' + ','.join(config.target_modules)}; "
+        f"trainable {n_train:,} of {n_total:,} parameters ({n_train / max(n_total, 1):.2%}); device {device.type}, "
+        f"dtype {next(model.parameters()).dtype}, bf16 {args.bf16}, activation checkpointing "
+        f"{args.activation_checkpointing}; {len(dataset)} rows, batch {config.batch_size} x accum {config.grad_accum}, "
+        f"{'steps ' + str(steps) if steps else f'epochs {config.epochs:g}'}, lr {config.learning_rate:g} "
+        f"({config.lr_scheduler}, warm-up {config.warmup_ratio:.0%})")
+
+    resume_from = None
+    if config.resume:
+        resume_from = _last_checkpoint(out / "checkpoints")
+        if resume_from is None:
+            warn(f"--resume: no checkpoint in {out / 'checkpoints'}; starting from scratch")
+        else:
+            log(f"resuming from {resume_from}")
+    train_out = trainer.train(resume_from_checkpoint=resume_from)
+
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    metrics: dict[str, Any] = {
+        "train/loss": train_out.training_loss,
+        "train/first_loss": losses[0] if losses else None,
+        "train/last_loss": losses[-1] if losses else None,
+        "global_step": trainer.state.global_step,
+        "resumed_from": resume_from,
+        "trainable_parameters": n_train,
+        "total_parameters": n_total,
+        "train_rows": len(dataset),
+        "health_warnings": health.monitor.warnings,
+    }
+    paths = save_outputs(trainer, tokenizer, out, full=config.full, merge=config.merge)
+    metrics["wall_time_s"] = round(time.time() - start, 1)
+    write_json(out / "metrics.json", metrics)
+    write_json(out / "log_history.json", trainer.state.log_history)
+    log(f"sft done in {metrics['wall_time_s']} s, step {metrics['global_step']}: loss "
+        f"{metrics['train/first_loss']} -> {metrics['train/last_loss']}; adapter {paths['adapter_dir']}, "
+        f"merged {paths['merged_dir']}")
+    return {"run_dir": str(out), **paths, "model_dir": paths["merged_dir"] or paths["adapter_dir"],
+            "metrics": metrics}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    from agentic_rl.cli import main
+
+    sys.exit(main(["sft", *sys.argv[1:]]))

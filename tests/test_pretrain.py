@@ -1,0 +1,62 @@
+"""Pretraining the embedded base: corpus hygiene, a short run that learns, and plain-transformers loading."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentic_rl.errors import ConfigError
+from agentic_rl.train.pretrain import PretrainConfig, arithmetic_probe, build_corpus, pack_blocks, run
+
+
+def test_corpus_excludes_held_out_questions_and_has_no_task_format():
+    from agentic_rl.data.synthetic import synthetic_splits
+
+    cfg = PretrainConfig(corpus_lines=3000, exclude_test=300)
+    lines = build_corpus(cfg)
+    assert len(lines) == 3000 and lines == build_corpus(cfg)  # deterministic
+    _, test = synthetic_splits(0, 300, seed=cfg.data_seed)
+    assert not {r["question"] for r in test} & set(lines)
+    assert not any("Final Answer" in line or "<|im_start|>" in line for line in lines)
+    assert sum(" = " in line for line in lines) > 1000  # mostly arithmetic
+
+
+def test_pack_blocks_are_full_length(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    blocks = pack_blocks(["12 + 30 = 42"] * 50, tok, 16)
+    assert blocks and all(len(b) == 16 for b in blocks)
+    assert tok.decode(blocks[0]).startswith("12 + 30 = 42\n12")
+
+
+def test_short_pretrain_learns_and_loads_with_plain_transformers(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+    result = run(PretrainConfig(output_dir=str(tmp_path), corpus_lines=1500, exclude_test=50, model_preset="micro",
+                                vocab_size=400, seq_length=64, max_steps=30, batch_size=8, learning_rate=1e-2,
+                                logging_steps=5, report_to="none"))
+    history = json.loads((tmp_path / "log_history.json").read_text())
+    losses = [h["loss"] for h in history if "loss" in h]
+    assert len(losses) == 6 and losses[-1] < losses[0] - 1.0, losses
+    m = result["metrics"]
+    assert m["global_step"] == 30 and m["eval/loss"] < losses[0] and 0 <= m["eval/arithmetic_accuracy"] <= 1
+    assert json.loads((tmp_path / "metrics.json").read_text())["vocab_size"] == 400
+
+    model_dir = result["model_dir"]
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    assert type(model).__name__ == "Qwen3ForCausalLM" and tok.chat_template and len(tok) == 400
+    assert model.generation_config.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>")
+    gen = pipeline("text-generation", model=model, tokenizer=tok)
+    out = gen("12 + 30 =", max_new_tokens=4, do_sample=False)[0]["generated_text"]
+    assert out.startswith("12 + 30 =") and len(out) > len("12 + 30 =")
+    assert 0.0 <= arithmetic_probe(model, tok, n=20) <= 1.0
+
+
+def test_config_checks():
+    with pytest.raises(ConfigError, match="max_steps"):
+        PretrainConfig(max_steps=0)
+    with pytest.raises(ConfigError, match="corpus_lines"):
+        PretrainConfig(corpus_lines=5)
