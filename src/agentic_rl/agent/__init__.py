@@ -1,1 +1,20 @@
-"""agent."""
+"""Agentic RL: multi-turn tool use with per-step rewards.
+
+* :mod:`~agentic_rl.agent.env` — the environment API (``reset(task)``, ``step(text) -> StepResult``), the generic
+  :class:`ToolEnvironment`, and the environment registry;
+* :mod:`~agentic_rl.agent.tools` — tools as typed functions (schema from the signature) and the tool registry;
+* :mod:`~agentic_rl.agent.tool_format` — Qwen3-format tool calls: parse, render, and the chat-template token pieces;
+* :mod:`~agentic_rl.agent.calculator_env` — the calculator tool and environment;
+* :mod:`~agentic_rl.agent.rollout` — the multi-turn loop (training and evaluation), env masks, TRL ``rollout_func``;
+* :mod:`~agentic_rl.agent.tasks` / :mod:`~agentic_rl.agent.sft` — task rows, tool-use demonstrations, their SFT;
+* :mod:`~agentic_rl.agent.train` — agentic GRPO on TRL's GRPOTrainer;
+* :mod:`~agentic_rl.agent.evaluate` — evaluation with and without tools;
+* :mod:`~agentic_rl.agent.quickstart` — the embedded demonstration (``agentic-rl quickstart --agentic``).
+"""
+
+from agentic_rl.agent.env import (ENVIRONMENTS, Environment, StepResult, ToolEnvironment, make_environment,
+                                  register_environment, trajectory_return)
+from agentic_rl.agent.tools import TOOLS, Tool, ToolError, get_tool, register_tool
+
+__all__ = ["ENVIRONMENTS", "Environment", "StepResult", "ToolEnvironment", "make_environment", "register_environment",
+           "trajectory_return", "TOOLS", "Tool", "ToolError", "get_tool", "register_tool"]

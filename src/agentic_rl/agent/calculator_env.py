@@ -1,0 +1,72 @@
+"""The calculator environment for math word problems.
+
+One tool, :func:`calculator`, backed by the safe AST-whitelist evaluator
+(:func:`agentic_rl.rewards.calculator.safe_eval`, never ``eval``). The model calls it in its chat format::
+
+    <tool_call>
+    {"name": "calculator", "arguments": {"expression": "23*47"}}
+    </tool_call>
+
+and reads the result in the next ``tool`` message (``1081``). A forbidden or malformed expression returns
+``error: ...`` as the observation. The episode ends at the first turn without a tool call (the answer, scored
+against ``ground_truth``) or at ``max_turns``. Rewards: ``tool_call_reward`` per useful valid call, ``answer_reward``
+for a correct answer (see :class:`agentic_rl.agent.env.ToolEnvironment`). A call is *useful* here when it is grounded:
+every number in the expression appears in the question or in an earlier tool result (``39*83`` for "39 tickets for
+$83 each"); an ungrounded call still runs but earns nothing, so the tool bonus cannot be farmed with arbitrary
+arithmetic (``grounded_calls_only=False`` rewards any new valid call).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from agentic_rl.agent.env import ToolEnvironment
+from agentic_rl.agent.tools import ToolError
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _numbers(text: str) -> set[Decimal]:
+    out = set()
+    for token in _NUMBER.findall(text.replace(",", "")):
+        try:
+            out.add(Decimal(token).normalize())
+        except InvalidOperation:
+            continue
+    return out
+
+
+def calculator(expression: str) -> str:
+    """Evaluate an arithmetic expression such as "23*47" or "(120 - 15) / 3".
+
+    Args:
+        expression: numbers, + - * / parentheses (no names, no function calls).
+    """
+    from agentic_rl.rewards.calculator import CalculatorError, format_number, safe_eval
+
+    try:
+        return format_number(safe_eval(expression))
+    except CalculatorError as exc:  # forbidden syntax, division by zero, too large: all become observations
+        raise ToolError(str(exc)) from None
+
+
+class CalculatorEnv(ToolEnvironment):
+    """:class:`ToolEnvironment` with the calculator as its one tool (registered as ``calculator``)."""
+
+    def __init__(self, *, max_turns: int = 4, max_tool_calls: int = 3, tool_call_reward: float = 0.1,
+                 tool_error_reward: float = 0.0, answer_reward: float = 1.0, tools_enabled: bool = True,
+                 answer_check=None, grounded_calls_only: bool = True):
+        super().__init__([calculator], max_turns=max_turns, max_tool_calls=max_tool_calls,
+                         tool_call_reward=tool_call_reward, tool_error_reward=tool_error_reward,
+                         answer_reward=answer_reward, tools_enabled=tools_enabled, answer_check=answer_check)
+        self.grounded_calls_only = grounded_calls_only
+
+    def reset(self, task):
+        super().reset(task)
+        self._known = _numbers(str(task.get("question", "")))
+
+    def is_useful(self, call, result: str) -> bool:
+        grounded = _numbers(str(call.arguments.get("expression", ""))) <= self._known
+        self._known |= _numbers(result)
+        return grounded or not self.grounded_calls_only

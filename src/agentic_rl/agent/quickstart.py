@@ -1,0 +1,129 @@
+"""The embedded agentic demonstration: a task where the calculator matters, on CPU.
+
+Task: word problems built around one multiplication of two 2-digit numbers (``39 * 83``), then 0..1 +/- steps
+(``agentic_rl.data.synthetic.multiplication_task``) — beyond what the tiny model computes in its head.
+
+Ladder (``agentic-rl quickstart --agentic``; as a function :func:`run_agentic_quickstart`):
+
+1. tiny base — the model helper's pretraining on synthetic arithmetic (``agentic_rl.train.pretrain``), or
+   ``base_model`` if given;
+2. SFT on tool-use demonstrations (:mod:`agentic_rl.agent.sft`): one calculator call per step, tool responses
+   masked out of the loss; a quarter of the rows as direct answers without tools;
+3. evaluation of the SFT model with and without tools (:mod:`agentic_rl.agent.evaluate`);
+4. agentic GRPO (:mod:`agentic_rl.agent.train`): multi-turn episodes, per-step rewards, tool tokens masked;
+5. evaluation of the GRPO model with and without tools; ``report.json`` / ``report.md`` in the run directory.
+
+The tiny model gets a short system prompt that names the calculator instead of the JSON tool schemas in the prompt
+(``tools_in_prompt=False``): the schemas would triple the prompt length of a 3M-parameter model for no gain, since
+SFT teaches the call format. Real models keep ``tools_in_prompt=True``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from agentic_rl.utils import RUNS_ROOT, log, read_json, run_dir, write_json
+
+STAGES = ("base", "sft", "eval_sft", "grpo", "eval_grpo")
+
+#: ``smoke=True``: a reduced ladder that checks the plumbing in a couple of minutes (CI).
+SMOKE = dict(pretrain_steps=10, sft_rows=32, sft_epochs=1.0, grpo_steps=2, grpo_rows=16, num_generations=4,
+             generation_batch_size=8, eval_rows=16)
+
+
+def run_agentic_quickstart(output_dir: str | Path | None = None, *, name: str = "quickstart-agentic", seed: int = 0,
+                           fresh: bool = False, smoke: bool = False, base_model: str | None = None,
+                           pretrain_steps: int = 300, sft_rows: int = 1000, sft_epochs: float = 3.0,
+                           grpo_steps: int = 30, grpo_rows: int = 512, num_generations: int = 8,
+                           generation_batch_size: int = 32, grpo_learning_rate: float = 2e-5, beta: float = 0.02,
+                           eval_rows: int = 200, data_seed: int = 0) -> dict[str, Any]:
+    """Run the ladder into ``output_dir`` (default ``runs/<name>``); returns the report (paths, with/without-tool
+    stats before and after GRPO, timings). A stage whose ``<stage>/stage.json`` exists is skipped on a re-run;
+    ``fresh`` deletes the run directory first; ``smoke`` uses :data:`SMOKE` sizes."""
+    if smoke:
+        pretrain_steps, sft_rows, sft_epochs, grpo_steps = (SMOKE["pretrain_steps"], SMOKE["sft_rows"],
+                                                            SMOKE["sft_epochs"], SMOKE["grpo_steps"])
+        grpo_rows, num_generations, generation_batch_size, eval_rows = (
+            SMOKE["grpo_rows"], SMOKE["num_generations"], SMOKE["generation_batch_size"], SMOKE["eval_rows"])
+    root = Path(output_dir) if output_dir else RUNS_ROOT / name
+    if fresh and root.exists():
+        log(f"--fresh: removing {root}")
+        shutil.rmtree(root)
+    out = run_dir(root, name)
+    timings: dict[str, float] = {}
+    report: dict[str, Any] = {"seed": seed, "data_seed": data_seed, "smoke": smoke,
+                              "task": "multiplication (2-digit x 2-digit, then 0..1 +/- steps)"}
+
+    def timed(stage: str, fn):
+        marker = out / stage / "stage.json"
+        if marker.is_file():
+            log(f"agentic quickstart: {stage} already done, skipping (fresh=True redoes it)")
+            return read_json(marker)
+        start = time.time()
+        value = fn()
+        timings[stage] = round(time.time() - start, 1)
+        write_json(marker, value)
+        log(f"agentic quickstart: {stage} done in {timings[stage]:.0f}s")
+        return value
+
+    # 1. base
+    if base_model is None:
+        from agentic_rl.train.pretrain import PretrainConfig
+        from agentic_rl.train.pretrain import run as pretrain
+
+        base = timed("base", lambda: pretrain(PretrainConfig(output_dir=str(out / "base"), seed=seed,
+                                                             max_steps=pretrain_steps, data_seed=data_seed,
+                                                             report_to="none")))
+        base_model = str(base["model_dir"])
+    report["base_model"] = base_model
+
+    # 2. SFT on tool-use demonstrations
+    from agentic_rl.agent.sft import AgentSFTConfig
+    from agentic_rl.agent.sft import run as agent_sft
+
+    sft = timed("sft", lambda: agent_sft(AgentSFTConfig(
+        model=base_model, output_dir=str(out / "sft"), train_rows=sft_rows, heldout_rows=eval_rows,
+        data_seed=data_seed, tools_in_prompt=False, epochs=sft_epochs, seed=seed)))
+    report["sft"] = {"model_dir": sft["model_dir"], "train_loss": sft["train_loss"]}
+
+    # 3. evaluate SFT, 4. GRPO, 5. evaluate GRPO
+    from agentic_rl.agent.evaluate import AgentEvalConfig
+    from agentic_rl.agent.evaluate import run as agent_eval
+    from agentic_rl.agent.train import AgentGRPOConfig
+    from agentic_rl.agent.train import run as agent_grpo
+
+    def evaluate(model_dir: str, name: str) -> dict[str, Any]:
+        return agent_eval(AgentEvalConfig(model=model_dir, output_dir=str(out / name), num_rows=eval_rows,
+                                          heldout_rows=eval_rows, data_seed=data_seed, tools_in_prompt=False))
+
+    report["eval_sft"] = timed("eval_sft", lambda: evaluate(sft["model_dir"], "eval_sft"))
+    grpo = timed("grpo", lambda: agent_grpo(AgentGRPOConfig(
+        model=sft["model_dir"], output_dir=str(out / "grpo"), train_rows=grpo_rows, heldout_rows=eval_rows,
+        data_seed=data_seed, tools_in_prompt=False, num_generations=num_generations,
+        generation_batch_size=generation_batch_size, max_steps=grpo_steps, learning_rate=grpo_learning_rate,
+        beta=beta, lora=False, seed=seed, report_to="none")))
+    report["grpo"] = {"model_dir": grpo["model_dir"], "last_metrics": grpo["last_metrics"]}
+    report["eval_grpo"] = timed("eval_grpo", lambda: evaluate(grpo["model_dir"], "eval_grpo"))
+    report["timings_s"] = timings
+    write_json(out / "report.json", report)
+    (out / "report.md").write_text(format_report(report))
+    log("\n" + format_report(report))
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A small markdown table: accuracy and tool statistics, with and without tools, after SFT and after GRPO."""
+    keys = ("accuracy", "tool_call_rate", "tool_calls_per_episode", "tool_error_rate", "useful_call_rate",
+            "turns_per_episode")
+    lines = [f"# Agentic quickstart (seed {report.get('seed')})", "",
+             "| model | tools | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
+    for stage in ("eval_sft", "eval_grpo"):
+        for setting in ("with_tools", "without_tools"):
+            stats = report.get(stage, {}).get(setting)
+            if stats:
+                lines.append(f"| {stage[5:]} | {setting.split('_')[0]} | "
+                             + " | ".join(f"{stats[k]:.3f}" for k in keys) + " |")
+    return "\n".join(lines) + "\n"

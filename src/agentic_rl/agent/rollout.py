@@ -1,0 +1,289 @@
+"""Multi-turn rollouts: the model acts, the environment answers, until the episode is done.
+
+One loop serves training (sampled, through TRL's ``rollout_func`` hook) and evaluation (greedy)::
+
+    prompt ─ generate turn 1 ─ env.step ─ tool-message tokens ─ generate turn 2 ─ env.step ─ ... ─ done
+
+Everything after the prompt is one token sequence, ``completion_ids``, with a parallel ``env_mask``: 1 for tokens
+the model generated (actions, trained on), 0 for tokens the environment inserted (tool responses and the chat
+template around them, never trained on). Turns are spliced at the token level (see
+:class:`agentic_rl.agent.tool_format.ChatFormat`), so the sequence GRPO scores is exactly the sequence that was
+sampled. The trajectory's return is the sum of its step rewards.
+
+TRL (1.16) consumes this as follows: ``rollout_func`` returns ``prompt_ids``, ``completion_ids``, ``logprobs`` and
+extra fields; the extra field ``env_mask`` becomes the trainer's ``tool_mask`` (loss mask = completion mask ×
+env mask); every other field (``trajectory_return``, ...) is passed to the reward functions. With the reward
+``trajectory_return`` the group-relative advantage (return − group mean [/ std]) multiplies the log-probability of
+every action token of the trajectory.
+
+:func:`encode_episode` builds the same (ids, mask) from a written conversation: SFT demonstrations use it, so the
+tokens a model is fine-tuned on are spliced exactly as at rollout time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from agentic_rl.agent.env import Environment, trajectory_return
+from agentic_rl.agent.tool_format import ChatFormat
+from agentic_rl.errors import DataError
+
+
+@dataclass
+class RolloutSettings:
+    """Generation settings of the multi-turn loop."""
+
+    max_turn_tokens: int = 64  # new tokens per assistant turn
+    max_completion_length: int = 256  # all tokens after the prompt (actions + tool responses)
+    do_sample: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    tools_in_prompt: bool = True  # render the tools' JSON schemas into the prompt via the chat template
+    chat_template_kwargs: dict[str, Any] = field(default_factory=lambda: {"enable_thinking": False})
+
+
+@dataclass
+class Trajectory:
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)  # 1 = model token (action), 0 = environment token
+    step_rewards: list[float] = field(default_factory=list)
+    messages: list[dict[str, str]] = field(default_factory=list)  # assistant and tool messages, in order
+    turns: int = 0
+    tool_calls: int = 0  # tool-call blocks written (valid or not)
+    tool_errors: int = 0  # calls answered with an error observation
+    useful_tool_calls: int = 0  # valid calls that earned the tool reward (new and, for the calculator, grounded)
+    answered: bool = False  # the episode ended with an answer turn (not cut by the token budget)
+    correct: bool = False
+    truncated: bool = False  # the token budget ran out before the episode was done
+
+    @property
+    def total_return(self) -> float:
+        return trajectory_return(self.step_rewards)
+
+    @property
+    def valid_tool_calls(self) -> int:
+        return self.tool_calls - self.tool_errors
+
+    def summary(self) -> dict[str, Any]:
+        return {"return": self.total_return, "step_rewards": self.step_rewards, "turns": self.turns,
+                "tool_calls": self.tool_calls, "tool_errors": self.tool_errors,
+                "useful_tool_calls": self.useful_tool_calls, "correct": self.correct,
+                "truncated": self.truncated, "messages": self.messages}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Generation
+# ---------------------------------------------------------------------------------------------------------------
+
+def generate_batch(model, contexts: list[list[int]], *, max_new_tokens: int, stop_ids: list[int], pad_id: int,
+                   do_sample: bool, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0) -> list[list[int]]:
+    """New tokens for each left-padded context, each cut just after its first stop token."""
+    import torch
+
+    device = next(model.parameters()).device
+    width = max(len(c) for c in contexts)
+    input_ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(contexts), width), dtype=torch.long)
+    for row, ids in enumerate(contexts):  # left padding: (B, width)
+        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        attention[row, width - len(ids):] = 1
+    kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, eos_token_id=stop_ids,
+                                  pad_token_id=pad_id)
+    if do_sample:
+        kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)  # top_k 0: no top-k filter
+    else:
+        kwargs.update(temperature=None, top_p=None, top_k=None)
+    with torch.no_grad():
+        out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
+    new = out[:, width:].tolist()  # (B, generated)
+    result = []
+    stops = set(stop_ids)
+    for ids in new:
+        cut = next((k + 1 for k, tok in enumerate(ids) if tok in stops), len(ids))
+        result.append(ids[:cut])
+    return result
+
+
+def _decode_turn(tokenizer, ids: list[int], fmt: ChatFormat) -> str:
+    body = [t for t in ids if t not in fmt.stop_ids and t != tokenizer.pad_token_id]
+    return tokenizer.decode(body, skip_special_tokens=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The episode loop
+# ---------------------------------------------------------------------------------------------------------------
+
+def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str, Any]],
+                 prompts: list[list[dict[str, str]]], settings: RolloutSettings,
+                 chat_format: ChatFormat | None = None) -> list[Trajectory]:
+    """Play one episode per (env, task, prompt), all in lock-step batches (one generate call per turn)."""
+    if not (len(envs) == len(tasks) == len(prompts)):
+        raise ValueError("run_episodes needs as many environments as tasks and prompts")
+    fmt = chat_format or ChatFormat(tokenizer, settings.chat_template_kwargs)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else fmt.end_of_turn_id
+    trajectories = []
+    for env, task, prompt in zip(envs, tasks, prompts):
+        env.reset(task)
+        tools = env.tool_schemas() if settings.tools_in_prompt else None
+        trajectories.append(Trajectory(prompt_ids=fmt.prompt_ids(prompt, tools)))
+
+    active = list(range(len(trajectories)))
+    while active:
+        budgets = [settings.max_completion_length - len(trajectories[i].completion_ids) for i in active]
+        new_ids = generate_batch(
+            model, [trajectories[i].prompt_ids + trajectories[i].completion_ids for i in active],
+            max_new_tokens=max(1, min(settings.max_turn_tokens, max(budgets))), stop_ids=fmt.stop_ids,
+            pad_id=pad_id, do_sample=settings.do_sample, temperature=settings.temperature, top_p=settings.top_p,
+            top_k=settings.top_k)
+        still_active = []
+        for i, ids, budget in zip(active, new_ids, budgets):
+            traj, env = trajectories[i], envs[i]
+            ids = ids[:max(1, min(settings.max_turn_tokens, budget))]
+            ended = ids[-1] in fmt.stop_ids
+            text = _decode_turn(tokenizer, ids, fmt)
+            result = env.step(text)
+            traj.completion_ids += ids
+            traj.env_mask += [1] * len(ids)
+            traj.step_rewards.append(float(result.reward))
+            traj.messages.append({"role": "assistant", "content": text})
+            traj.turns += 1
+            traj.tool_calls += int(result.info.get("calls", 0))
+            traj.tool_errors += int(result.info.get("errors", 0))
+            traj.useful_tool_calls += int(result.info.get("useful", 0))
+            if result.done:
+                traj.answered = True
+                traj.correct = bool(result.info.get("correct", False))
+                continue
+            # Close a turn cut by the per-turn limit, then the tool messages and the next generation prompt.
+            suffix = ([] if ended else [fmt.end_of_turn_id]) + fmt.tool_suffix_ids(result.observation)
+            if len(traj.completion_ids) + len(suffix) >= settings.max_completion_length:
+                traj.truncated = True  # no room left for another turn: the episode ends without an answer
+                continue
+            traj.completion_ids += suffix
+            traj.env_mask += [0] * len(suffix)
+            traj.messages += result.observation
+            still_active.append(i)
+        active = still_active
+    return trajectories
+
+
+def encode_episode(fmt: ChatFormat, prompt: list[dict[str, str]], messages: list[dict[str, str]],
+                   tools: list[dict] | None = None) -> tuple[list[int], list[int], list[int]]:
+    """(prompt_ids, completion_ids, env_mask) of a written episode: assistant turns alternating with tool messages.
+
+    Spliced exactly as :func:`run_episodes` splices a sampled episode: each assistant turn is its text plus the
+    end-of-turn token (mask 1); each run of tool messages is rendered by the chat template with the next generation
+    prompt (mask 0).
+    """
+    prompt_ids = fmt.prompt_ids(prompt, tools)
+    completion, mask = [], []
+    k = 0
+    while k < len(messages):
+        message = messages[k]
+        if message["role"] == "assistant":
+            ids = fmt.turn_ids(message["content"])
+            completion += ids
+            mask += [1] * len(ids)
+            k += 1
+        elif message["role"] == "tool":
+            run = []
+            while k < len(messages) and messages[k]["role"] == "tool":
+                run.append(messages[k])
+                k += 1
+            ids = fmt.tool_suffix_ids(run)
+            completion += ids
+            mask += [0] * len(ids)
+        else:
+            raise DataError(f"episode message {k} has role '{message['role']}'; expected assistant or tool")
+    return prompt_ids, completion, mask
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Statistics and the TRL hook
+# ---------------------------------------------------------------------------------------------------------------
+
+def episode_stats(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Tool-call rate (episodes with >= 1 valid call), tool error rate (errors / calls), turns, return, accuracy."""
+    n = max(len(trajectories), 1)
+    calls = sum(t.tool_calls for t in trajectories)
+    return {
+        "accuracy": sum(t.correct for t in trajectories) / n,
+        "tool_call_rate": sum(t.valid_tool_calls > 0 for t in trajectories) / n,
+        "tool_calls_per_episode": calls / n,
+        "tool_error_rate": (sum(t.tool_errors for t in trajectories) / calls) if calls else 0.0,
+        "useful_call_rate": (sum(t.useful_tool_calls for t in trajectories) / calls) if calls else 0.0,
+        "turns_per_episode": sum(t.turns for t in trajectories) / n,
+        "return": sum(t.total_return for t in trajectories) / n,
+        "truncated_rate": sum(t.truncated for t in trajectories) / n,
+    }
+
+
+def prompt_key(prompt: list[dict[str, Any]]) -> tuple:
+    return tuple((m["role"], m["content"]) for m in prompt)
+
+
+def make_rollout_func(env_factory: Callable[[], Environment], tasks: list[dict[str, Any]],
+                      settings: RolloutSettings, *, log_path=None) -> Callable:
+    """A ``rollout_func(prompts, trainer)`` for TRL's GRPOTrainer.
+
+    ``tasks`` are the training rows (with ``prompt``): TRL hands the hook only the prompts, so each prompt is mapped
+    back to its row. Sampling settings (temperature, top-p, top-k) are read from the trainer's config at call time.
+    Per-batch agent metrics go into the trainer's logged metrics (``agent/...``) and, with ``log_path``, one JSONL
+    line per generation batch (with two sample trajectories).
+    """
+    from agentic_rl.utils import append_jsonl
+
+    by_prompt = {prompt_key(t["prompt"]): t for t in tasks}
+    state: dict[str, Any] = {"fmt": None, "calls": 0}
+
+    def rollout_func(prompts: list[list[dict[str, str]]], trainer) -> dict[str, Any]:
+        try:
+            batch_tasks = [by_prompt[prompt_key(p)] for p in prompts]
+        except KeyError:
+            raise DataError("rollout_func got a prompt that is not in the training rows") from None
+        tokenizer = trainer.processing_class
+        if state["fmt"] is None:
+            state["fmt"] = ChatFormat(tokenizer, settings.chat_template_kwargs)
+        args = trainer.args
+        run_settings = RolloutSettings(
+            max_turn_tokens=settings.max_turn_tokens, max_completion_length=args.max_completion_length,
+            do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or 0,
+            tools_in_prompt=settings.tools_in_prompt, chat_template_kwargs=settings.chat_template_kwargs)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        mode = "train" if trainer.model.training else "eval"
+        start = time.time()
+        trajectories = run_episodes(model, tokenizer, [env_factory() for _ in prompts], batch_tasks,
+                                    prompts, run_settings, state["fmt"])
+        stats = episode_stats(trajectories)
+        for key, value in stats.items():
+            trainer._metrics[mode][f"agent/{key}"].append(value)
+        state["calls"] += 1
+        if log_path is not None:
+            append_jsonl(log_path, {"step": trainer.state.global_step, "mode": mode, **stats,
+                                    "rollout_seconds": round(time.time() - start, 2),
+                                    "samples": [t.summary() for t in trajectories[:2]]})
+        return {
+            "prompt_ids": [t.prompt_ids for t in trajectories],
+            "completion_ids": [t.completion_ids for t in trajectories],
+            "logprobs": None,
+            "env_mask": [t.env_mask for t in trajectories],
+            "trajectory_return": [t.total_return for t in trajectories],
+            "correct": [t.correct for t in trajectories],
+        }
+
+    return rollout_func
+
+
+def trajectory_return_reward(completions, trajectory_return=None, **kwargs) -> list[float]:
+    """The GRPO reward of a multi-turn rollout: its return (sum of step rewards), computed during the rollout.
+
+    >>> trajectory_return_reward([["..."]], trajectory_return=[1.1])
+    [1.1]
+    """
+    if trajectory_return is None:
+        raise ValueError("trajectory_return_reward needs the 'trajectory_return' field from the agent rollout_func")
+    return [float(r) for r in trajectory_return]

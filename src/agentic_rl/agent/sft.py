@@ -1,0 +1,97 @@
+"""Supervised fine-tuning on tool-use demonstrations (the warm start before agentic GRPO).
+
+Each training example is a whole episode — prompt, assistant tool-call turns, tool responses, final answer — spliced
+into tokens exactly as a rollout splices them (:func:`agentic_rl.agent.tasks.demonstration_examples`). The loss is
+plain next-token cross-entropy on the assistant turns only: prompt and tool-response tokens have label -100, so the
+model learns to call the tool and to use its result, never to predict the tool's output. A fraction of the rows
+(``direct_fraction``) is shown without tools (plain system prompt, direct answer), so the same model can also be
+evaluated without tools.
+
+Runs on TRL's ``SFTTrainer`` with a pre-tokenized dataset (``input_ids`` + ``labels``): TRL keeps given labels as is.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentic_rl.utils import log, run_dir, set_seed
+
+
+def _f(default: Any, help: str, **extra: Any) -> Any:
+    return field(default=default, metadata={"help": help, **extra})
+
+
+@dataclass
+class AgentSFTConfig:
+    model: str = _f("", "base model directory or hub id")
+    output_dir: str | None = _f(None, "run directory (default runs/agent-sft); the model goes to <run>/model")
+    dataset: str = _f("multiplication", "'multiplication' / 'arithmetic' (embedded synthetic task) or a JSONL file")
+    train_rows: int = _f(1000, "demonstration episodes")
+    heldout_rows: int = _f(200, "size of the synthetic held-out split never trained on")
+    data_seed: int = _f(0, "seed of the synthetic task split")
+    direct_fraction: float = _f(0.25, "share of rows shown as direct answers without tools")
+    tools_in_prompt: bool = _f(True, "render the tool schemas into the prompt with the chat template")
+    epochs: float = _f(3.0, "passes over the demonstrations")
+    learning_rate: float = _f(5e-4, "learning rate")
+    batch_size: int = _f(16, "examples per optimizer step")
+    lora: bool = _f(False, "train a LoRA adapter and merge it (false: full fine-tuning)")
+    seed: int = _f(0, "random seed")
+
+
+def run(config: AgentSFTConfig) -> dict[str, Any]:
+    """Fine-tune on demonstrations; returns ``{"run_dir", "model_dir", "train_loss", "examples"}``."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from agentic_rl.agent.calculator_env import calculator
+    from agentic_rl.agent.tasks import agent_rows, demonstration_examples
+    from agentic_rl.agent.tools import Tool
+    from agentic_rl.agent.train import load_model, load_task_rows
+    from agentic_rl.config import save_config
+
+    out = run_dir(config.output_dir, "agent-sft")
+    save_config(config, out / "config.yaml")
+    set_seed(config.seed)
+    rows = load_task_rows(config.dataset, "train", config.train_rows, heldout_rows=config.heldout_rows,
+                          data_seed=config.data_seed)
+    rng = random.Random(config.seed)
+    direct = set(rng.sample(range(len(rows)), int(round(config.direct_fraction * len(rows)))))
+    model, tokenizer = load_model(config.model)
+    schemas = [Tool(calculator).schema] if config.tools_in_prompt else None
+    with_tools = [r for i, r in enumerate(rows) if i not in direct]
+    without = [r for i, r in enumerate(rows) if i in direct]
+    examples = demonstration_examples(tokenizer, agent_rows(with_tools, tools=True), tools=True, tool_schemas=schemas)
+    examples += demonstration_examples(tokenizer, agent_rows(without, tools=False), tools=False)
+    rng.shuffle(examples)
+    longest = max(len(e["input_ids"]) for e in examples)
+    log(f"agent SFT: {len(examples)} episodes ({len(without)} without tools), longest {longest} tokens")
+
+    peft_config = None
+    if config.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear",
+                                 task_type="CAUSAL_LM")
+    tokenizer.padding_side = "right"
+    args = SFTConfig(
+        output_dir=str(out), num_train_epochs=config.epochs, learning_rate=config.learning_rate,
+        per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=1, lr_scheduler_type="cosine",
+        warmup_steps=10, logging_steps=10, save_strategy="no", report_to=[], seed=config.seed, bf16=False,
+        max_length=max(longest, 16), packing=False, dataloader_num_workers=0,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
+                         processing_class=tokenizer, peft_config=peft_config)
+    result = trainer.train()
+    model_dir = Path(out) / "model"
+    policy = trainer.model.merge_and_unload() if config.lora else trainer.model
+    policy.save_pretrained(model_dir)
+    tokenizer.padding_side = "left"
+    tokenizer.save_pretrained(model_dir)
+    log(f"agent SFT done: loss {result.training_loss:.4f} -> {model_dir}")
+    return {"run_dir": str(out), "model_dir": str(model_dir), "train_loss": result.training_loss,
+            "examples": len(examples)}

@@ -1,0 +1,87 @@
+"""Task rows and tool-use demonstrations for agent training.
+
+Rows are GSM8K-shaped (``question``, ``answer`` with ``<<a*b=c>>`` calculator annotations and a final ``#### N``);
+the agent stages turn them into ``{"question", "prompt", "ground_truth", "answer"}`` with the agent system prompt.
+
+A *demonstration* of a row replays its annotations as tool calls, one per turn, then writes the solution::
+
+    assistant: <tool_call>{"name": "calculator", "arguments": {"expression": "39*83"}}</tool_call>
+    tool:      3237
+    assistant: <tool_call>{"name": "calculator", "arguments": {"expression": "3237-21"}}</tool_call>
+    tool:      3216
+    assistant: 39 * 83 = 3237 / 3237 - 21 = 3216 / Final Answer: 3216     (one step per line)
+
+:func:`demonstration_examples` tokenizes episodes with :func:`agentic_rl.agent.rollout.encode_episode` and sets the
+labels of the prompt and of every tool-response token to -100: SFT learns the calls and the answer, never the
+tool's output.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agentic_rl.agent.rollout import encode_episode
+from agentic_rl.agent.tool_format import ChatFormat, render_tool_call, tool_message
+from agentic_rl.data.formats import CALC_ANNOTATION, SYSTEM_PROMPT, build_prompt, format_solution
+from agentic_rl.errors import DataError
+
+AGENT_SYSTEM_PROMPT = (
+    "Solve the math word problem. Use the calculator tool for arithmetic. Write one reasoning step per line, "
+    "then finish with a last line of the form 'Final Answer: N'."
+)
+_ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]+)>>")
+
+
+def ground_truth_of(answer: str) -> str:
+    if "####" not in answer:
+        raise DataError(f"answer has no '#### N' line: {answer[:60]!r}")
+    return answer.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def agent_rows(rows: list[dict[str, Any]], *, tools: bool = True, system_prompt: str | None = None
+               ) -> list[dict[str, Any]]:
+    """GSM8K-shaped rows -> agent task rows (``prompt`` uses the agent system prompt, or the plain one)."""
+    prompt_text = system_prompt or (AGENT_SYSTEM_PROMPT if tools else SYSTEM_PROMPT)
+    out = []
+    for i, row in enumerate(rows):
+        if "question" not in row:
+            raise DataError(f"task row {i} has no 'question'")
+        truth = str(row["ground_truth"]) if "ground_truth" in row else ground_truth_of(row.get("answer", ""))
+        out.append({"question": row["question"], "prompt": build_prompt(row["question"], prompt_text),
+                    "ground_truth": truth, "answer": row.get("answer", row.get("full_answer", ""))})
+    return out
+
+
+def solution_steps(answer: str) -> list[str]:
+    """The answer's step lines without calculator annotations and without the ``####`` line."""
+    lines = [ln for ln in answer.splitlines() if ln.strip() and not ln.strip().startswith("####")]
+    return [CALC_ANNOTATION.sub("", ln).strip() for ln in lines]
+
+
+def demonstration(row: dict[str, Any], *, tools: bool = True, tool_name: str = "calculator") -> list[dict[str, str]]:
+    """The assistant/tool messages of a demonstration episode for ``row`` (see the module docstring)."""
+    messages: list[dict[str, str]] = []
+    if tools:
+        for expression, value in _ANNOTATION.findall(row["answer"]):
+            messages.append({"role": "assistant",
+                             "content": render_tool_call(tool_name, {"expression": expression.strip()})})
+            messages.append(tool_message(tool_name, value.strip()))
+    messages.append({"role": "assistant", "content": format_solution(solution_steps(row["answer"]),
+                                                                     row["ground_truth"])})
+    return messages
+
+
+def demonstration_examples(tokenizer, rows: list[dict[str, Any]], *, tools: bool = True,
+                           tool_schemas: list[dict] | None = None, chat_template_kwargs: dict | None = None
+                           ) -> list[dict[str, list[int]]]:
+    """Tokenized SFT examples ``{"input_ids", "labels"}``; labels are -100 on the prompt and on tool tokens."""
+    fmt = ChatFormat(tokenizer, chat_template_kwargs if chat_template_kwargs is not None
+                     else {"enable_thinking": False})
+    examples = []
+    for row in rows:
+        prompt_ids, completion, mask = encode_episode(fmt, row["prompt"], demonstration(row, tools=tools),
+                                                      tool_schemas if tools else None)
+        labels = [-100] * len(prompt_ids) + [tok if m else -100 for tok, m in zip(completion, mask)]
+        examples.append({"input_ids": prompt_ids + completion, "labels": labels})
+    return examples

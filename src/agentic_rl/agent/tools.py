@@ -1,0 +1,195 @@
+"""Tools an agent can call: plain typed Python functions, plus a registry for user tools.
+
+A tool is an ordinary function with annotated arguments and a docstring::
+
+    def calculator(expression: str) -> str:
+        '''Evaluate an arithmetic expression such as "23*47" or "(12+7)/2".
+
+        Args:
+            expression: the expression to evaluate (numbers, + - * / // % **, parentheses).
+        '''
+
+:class:`Tool` derives the JSON schema the chat template shows the model (``{"type": "function", "function": {...}}``)
+from the signature and the docstring, checks the arguments of a call against it, and turns every failure of the
+call into a :class:`ToolError` whose message becomes the observation the model reads — a tool never crashes an
+episode.
+
+Registry: ``register_tool(fn)`` / ``get_tool("calculator")``; a name that is not registered may be
+``module:function`` (``get_tool("my_pkg.tools:search")``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import typing
+from typing import Any, Callable
+
+from agentic_rl.errors import ConfigError
+
+_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array",
+                               dict: "object"}
+
+
+class ToolError(Exception):
+    """A call the tool cannot serve (bad arguments, forbidden input): its message is shown to the model."""
+
+
+def _doc_parts(fn: Callable) -> tuple[str, dict[str, str]]:
+    """(description, {arg: description}) from a Google-style docstring; missing parts are empty."""
+    doc = inspect.getdoc(fn) or ""
+    description_lines, args, current = [], {}, None
+    in_args = False
+    for line in doc.splitlines():
+        stripped = line.strip()
+        if stripped.lower() in ("args:", "arguments:", "parameters:"):
+            in_args = True
+            continue
+        if stripped.lower() in ("returns:", "raises:", "examples:", "example:"):
+            in_args = False
+            current = None
+            continue
+        if in_args:
+            match = re.match(r"^(\w+)\s*(\([^)]*\))?\s*:\s*(.*)$", stripped)
+            if match:
+                current = match.group(1)
+                args[current] = match.group(3).strip()
+            elif current and stripped:
+                args[current] += " " + stripped
+        elif stripped or description_lines:
+            description_lines.append(stripped)
+    description = " ".join(" ".join(description_lines).split())
+    return description, args
+
+
+def _json_type(annotation: Any, where: str) -> str:
+    origin = typing.get_origin(annotation) or annotation
+    if origin in _JSON_TYPES:
+        return _JSON_TYPES[origin]
+    raise ConfigError(f"tool {where}: unsupported argument type {annotation!r}; "
+                      "use str, int, float, bool, list or dict")
+
+
+class Tool:
+    """A typed function the model may call; ``tool(arguments)`` validates and runs it, returning a string."""
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None):
+        self.fn = fn
+        self.name = name or fn.__name__
+        description, arg_docs = _doc_parts(fn)
+        self.description = description or f"The {self.name} tool."
+        hints = typing.get_type_hints(fn)
+        self.parameters: dict[str, tuple[Any, bool]] = {}  # name -> (python type, required)
+        properties: dict[str, dict[str, str]] = {}
+        for param in inspect.signature(fn).parameters.values():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            if param.name not in hints:
+                raise ConfigError(f"tool '{self.name}': argument '{param.name}' needs a type annotation")
+            annotation = hints[param.name]
+            properties[param.name] = {"type": _json_type(annotation, f"'{self.name}' argument '{param.name}'")}
+            if param.name in arg_docs:
+                properties[param.name]["description"] = arg_docs[param.name]
+            self.parameters[param.name] = (typing.get_origin(annotation) or annotation,
+                                           param.default is inspect.Parameter.empty)
+        self.schema = {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": {"type": "object", "properties": properties,
+                               "required": [n for n, (_, req) in self.parameters.items() if req]},
+            },
+        }
+
+    def check_arguments(self, arguments: Any) -> dict[str, Any]:
+        """The arguments as the function takes them, or a :class:`ToolError` saying what is wrong."""
+        if not isinstance(arguments, dict):
+            raise ToolError(f"arguments of {self.name} must be a JSON object, got {type(arguments).__name__}")
+        unknown = sorted(set(arguments) - set(self.parameters))
+        if unknown:
+            raise ToolError(f"{self.name} got unknown argument(s) {', '.join(unknown)}; "
+                            f"it takes {', '.join(self.parameters) or 'no arguments'}")
+        checked: dict[str, Any] = {}
+        for name, (tp, required) in self.parameters.items():
+            if name not in arguments:
+                if required:
+                    raise ToolError(f"{self.name} is missing the required argument '{name}'")
+                continue
+            value = arguments[name]
+            if tp is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            elif tp is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = str(value)  # {"expression": 23*47} written without quotes still means the expression
+            if not isinstance(value, tp) or (tp in (int, float) and isinstance(value, bool)):
+                raise ToolError(f"argument '{name}' of {self.name} must be {_JSON_TYPES.get(tp, tp)}, "
+                                f"got {type(value).__name__}")
+            checked[name] = value
+        return checked
+
+    def __call__(self, arguments: Any) -> str:
+        kwargs = self.check_arguments(arguments)
+        try:
+            result = self.fn(**kwargs)
+        except ToolError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of a tool is an observation, not a crash
+            raise ToolError(f"{self.name} failed: {type(exc).__name__}: {exc}") from None
+        return result if isinstance(result, str) else str(result)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name})"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Registry
+# ---------------------------------------------------------------------------------------------------------------
+
+TOOLS: dict[str, Callable[..., Any]] = {}
+
+
+def register_tool(fn: Callable[..., Any] | None = None, *, name: str | None = None):
+    """Register a tool function under its name (usable as a decorator, with or without ``name=``)."""
+
+    def _register(f: Callable[..., Any]) -> Callable[..., Any]:
+        TOOLS[name or f.__name__] = f
+        return f
+
+    return _register(fn) if fn is not None else _register
+
+
+def _import_object(spec: str, kind: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{kind} '{spec}': cannot import module '{module_name}' ({exc})") from None
+    if not hasattr(module, attr):
+        raise ConfigError(f"{kind} '{spec}': module '{module_name}' has no attribute '{attr}'")
+    return getattr(module, attr)
+
+
+def get_tool(spec: str | Callable[..., Any] | Tool) -> Tool:
+    """A :class:`Tool` from a registered name, a ``module:function`` path, a function or a Tool."""
+    if isinstance(spec, Tool):
+        return spec
+    if callable(spec):
+        return Tool(spec)
+    _register_builtin_tools()
+    if spec in TOOLS:
+        return Tool(TOOLS[spec], name=spec)
+    if ":" in spec:
+        fn = _import_object(spec, "tool")
+        if not callable(fn):
+            raise ConfigError(f"tool '{spec}' is not callable")
+        return Tool(fn)
+    raise ConfigError(f"unknown tool '{spec}'; registered tools: {', '.join(sorted(TOOLS)) or 'none'} "
+                      "(or give module:function)")
+
+
+def _register_builtin_tools() -> None:
+    if "calculator" not in TOOLS:
+        from agentic_rl.agent.calculator_env import calculator
+
+        TOOLS["calculator"] = calculator

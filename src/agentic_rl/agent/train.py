@@ -1,0 +1,255 @@
+"""Agentic GRPO: multi-turn tool use with per-step rewards, on TRL's ``GRPOTrainer``.
+
+Algorithm. For every task, ``num_generations`` episodes are played with the environment (default: the calculator
+environment): the model writes a turn, a tool call is executed and its result appended as a ``tool`` message, until
+the model answers or ``max_turns`` is reached. Each step returns a reward — ``tool_call_reward`` for each useful valid
+tool call, ``answer_reward`` for a correct final answer — and the trajectory's return is their sum. GRPO's advantage
+``A_i = R_i - mean(R_group)`` (divided by the group std with ``scale_rewards=group``) is applied to the
+log-probability of every *action* token of trajectory *i*; tool-response tokens (and the chat-template tokens around
+them) are in the sequence the policy conditions on but carry no loss.
+
+How it maps onto TRL 1.16. TRL's built-in ``tools=`` / ``environment_factory=`` loop masks tool outputs but scores
+only the finished conversation with ``reward_funcs`` and parses calls with its own response schema (malformed calls,
+per-step rewards and turn limits are not ours to control), so this stage uses its ``rollout_func`` hook instead:
+:func:`agentic_rl.agent.rollout.make_rollout_func` runs the multi-turn loop and returns ``prompt_ids``,
+``completion_ids``, ``env_mask`` (TRL's tool mask: loss mask = completion mask × env mask) and ``trajectory_return``,
+which the single reward function passes on as the reward. Everything else — group advantages, KL to the reference
+(β), clipping, loss variants — is TRL's.
+
+Monitoring: besides TRL's metrics (reward, KL, entropy, ...), every generation batch logs ``agent/accuracy``,
+``agent/tool_call_rate`` (episodes with at least one valid call), ``agent/tool_calls_per_episode``,
+``agent/tool_error_rate`` (error observations / calls), ``agent/useful_call_rate`` (calls that earned the tool
+reward / calls), ``agent/turns_per_episode``, ``agent/return`` and
+``agent/truncated_rate``, to TensorBoard / the console and to ``<run>/rollouts.jsonl`` (with two sample episodes);
+``<run>/metrics.jsonl`` has every logged step.
+
+Run it (the lead wires it into the CLI; as a function: ``run(AgentGRPOConfig(model=...))``)::
+
+    python -m agentic_rl.agent.train --model runs/quickstart-agentic/sft --max-steps 40
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentic_rl.errors import ConfigError, DataError, ModelLoadError
+from agentic_rl.utils import append_jsonl, log, run_dir, set_seed
+
+
+def _f(default: Any, help: str, **extra: Any) -> Any:
+    return field(default=default, metadata={"help": help, **extra})
+
+
+@dataclass
+class AgentGRPOConfig:
+    model: str = _f("", "model directory or hub id to train (an SFT output that already writes tool calls)")
+    output_dir: str | None = _f(None, "run directory (default runs/agent-grpo)")
+    dataset: str = _f("multiplication", "task rows: 'multiplication' or 'arithmetic' (embedded synthetic task), "
+                                        "or a JSONL file of GSM8K-shaped rows (question, answer with '#### N')")
+    train_rows: int = _f(512, "number of training tasks")
+    heldout_rows: int = _f(200, "size of the held-out split that training rows never overlap (synthetic tasks)")
+    data_seed: int = _f(0, "seed of the synthetic task split")
+    environment: str = _f("calculator", "environment: a registered name or module:factory")
+    max_turns: int = _f(4, "assistant turns per episode (the last one is scored as the answer)")
+    max_tool_calls: int = _f(3, "tool calls per episode; more get an error observation")
+    tool_call_reward: float = _f(0.1, "step reward for each useful valid tool call")
+    tool_error_reward: float = _f(0.0, "step reward for a call that returns an error (<= 0)")
+    answer_reward: float = _f(1.0, "reward of a correct final answer")
+    tools_in_prompt: bool = _f(True, "render the tool schemas into the prompt with the chat template")
+    system_prompt: str | None = _f(None, "system prompt (default: the agent prompt that mentions the calculator)")
+    num_generations: int = _f(8, "episodes per task (the GRPO group size)")
+    generation_batch_size: int = _f(32, "episodes per generation batch (a multiple of num_generations)")
+    max_steps: int = _f(40, "optimizer steps")
+    learning_rate: float = _f(1e-5, "learning rate")
+    beta: float = _f(0.05, "KL coefficient against the starting policy")
+    epsilon: float = _f(0.2, "clipping range of the policy ratio")
+    loss_type: str = _f("dapo", "token-loss aggregation", choices=["grpo", "dapo", "dr_grpo", "bnpo"])
+    scale_rewards: str = _f("group", "divide advantages by the group std ('group'), batch std, or not ('none')",
+                            choices=["group", "batch", "none"])
+    temperature: float = _f(1.0, "sampling temperature of the episodes")
+    top_p: float = _f(1.0, "nucleus sampling")
+    max_turn_tokens: int = _f(48, "new tokens per assistant turn")
+    max_completion_length: int = _f(192, "tokens after the prompt: all turns plus tool responses")
+    lora: bool = _f(True, "train a LoRA adapter (false: full fine-tuning)")
+    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (saves memory on big models)")
+    lora_r: int = _f(16, "LoRA rank")
+    lora_alpha: int = _f(32, "LoRA alpha")
+    seed: int = _f(0, "random seed")
+    logging_steps: int = _f(1, "log every N steps")
+    report_to: str = _f("tensorboard", "tensorboard | wandb | none")
+
+    def __post_init__(self) -> None:
+        if self.generation_batch_size % self.num_generations:
+            raise ConfigError(f"num_generations ({self.num_generations}) must divide the generation batch "
+                              f"({self.generation_batch_size})")
+        if self.num_generations < 2:
+            raise ConfigError(f"num_generations must be >= 2 for group-relative advantages, got {self.num_generations}")
+        if self.max_turn_tokens > self.max_completion_length:
+            raise ConfigError(f"max_turn_tokens ({self.max_turn_tokens}) must not exceed max_completion_length "
+                              f"({self.max_completion_length})")
+        if self.tool_error_reward > 0:
+            raise ConfigError("tool_error_reward must be <= 0 (a positive value rewards broken tool calls)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data, model, environment
+# ---------------------------------------------------------------------------------------------------------------
+
+def load_task_rows(dataset: str, split: str, n: int, *, heldout_rows: int = 200, data_seed: int = 0
+                   ) -> list[dict[str, Any]]:
+    """GSM8K-shaped rows for ``split`` ('train' | 'test'): the embedded synthetic task or a JSONL file."""
+    if dataset in ("multiplication", "arithmetic"):
+        from agentic_rl.data.synthetic import synthetic_splits
+
+        n_test = max(heldout_rows, n if split == "test" else 0)
+        train, test = synthetic_splits(n if split == "train" else 0, n_test, seed=data_seed, kind=dataset)
+        return (train if split == "train" else test)[:n]
+    path = Path(dataset)
+    if path.is_file():
+        import json
+
+        rows = []
+        for k, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"{path} line {k}: invalid JSON ({exc.msg})") from None
+        return rows[:n]
+    raise DataError(f"unknown agent dataset '{dataset}': use 'multiplication', 'arithmetic' or a JSONL file path")
+
+
+def load_model(path: str):
+    """(model, tokenizer) from a directory or hub id; left padding for generation."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not path:
+        raise ConfigError("model is required: give the directory of an SFT model (or a hub id)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="float32")
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load model '{path}': {str(exc).splitlines()[0]}") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(f"model '{path}' has no chat template; agent training needs one with tool messages")
+    return model, tokenizer
+
+
+def environment_factory(config):
+    """A zero-argument factory for fresh environments with the config's limits and rewards."""
+    from agentic_rl.agent.env import get_environment_factory
+
+    factory = get_environment_factory(config.environment)
+    kwargs = dict(max_turns=config.max_turns, max_tool_calls=config.max_tool_calls,
+                  tool_call_reward=config.tool_call_reward, tool_error_reward=config.tool_error_reward,
+                  answer_reward=config.answer_reward)
+    return lambda: factory(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------------------
+
+def run(config: AgentGRPOConfig) -> dict[str, Any]:
+    """Train; returns the run directory, the final model directory and the last agent metrics."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig as TRLGRPOConfig
+    from trl import GRPOTrainer
+
+    from agentic_rl.agent.rollout import RolloutSettings, make_rollout_func, trajectory_return_reward
+    from agentic_rl.agent.tasks import agent_rows
+    from agentic_rl.config import format_config, save_config
+
+    out = run_dir(config.output_dir, "agent-grpo")
+    save_config(config, out / "config.yaml")
+    log(format_config(config, "agent GRPO"))
+    set_seed(config.seed)
+
+    rows = agent_rows(load_task_rows(config.dataset, "train", config.train_rows, heldout_rows=config.heldout_rows,
+                                     data_seed=config.data_seed), system_prompt=config.system_prompt)
+    model, tokenizer = load_model(config.model)
+    settings = RolloutSettings(max_turn_tokens=config.max_turn_tokens,
+                               max_completion_length=config.max_completion_length,
+                               tools_in_prompt=config.tools_in_prompt)
+    for stale in ("rollouts.jsonl", "metrics.jsonl"):
+        (out / stale).unlink(missing_ok=True)
+    rollout_func = make_rollout_func(environment_factory(config), rows, settings, log_path=out / "rollouts.jsonl")
+
+    peft_config = None
+    if config.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                                 target_modules="all-linear", task_type="CAUSAL_LM")
+    args = TRLGRPOConfig(
+        output_dir=str(out), num_generations=config.num_generations,
+        per_device_train_batch_size=config.generation_batch_size, gradient_accumulation_steps=1,
+        generation_batch_size=config.generation_batch_size, max_steps=config.max_steps,
+        learning_rate=config.learning_rate, beta=config.beta, epsilon=config.epsilon, loss_type=config.loss_type,
+        scale_rewards=config.scale_rewards, temperature=config.temperature, top_p=config.top_p,
+        max_completion_length=config.max_completion_length, logging_steps=config.logging_steps,
+        save_strategy="no", report_to=[] if config.report_to == "none" else [config.report_to],
+        seed=config.seed, bf16=False, use_cpu=not _has_gpu(),
+        dataloader_num_workers=0, remove_unused_columns=False, log_completions=False,
+        gradient_checkpointing=config.gradient_checkpointing,
+    )
+
+    class _MetricsFile(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs:
+                append_jsonl(out / "metrics.jsonl", {"step": state.global_step, **logs})
+
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=[trajectory_return_reward], args=args,
+        train_dataset=Dataset.from_list([{"prompt": r["prompt"], "ground_truth": r["ground_truth"]} for r in rows]),
+        processing_class=tokenizer, peft_config=peft_config, rollout_func=rollout_func, callbacks=[_MetricsFile()],
+    )
+    trainer.train()
+
+    final = out / "final"
+    policy = trainer.model
+    if config.lora:
+        policy = policy.merge_and_unload()
+    policy.save_pretrained(final)
+    tokenizer.padding_side = "left"
+    tokenizer.save_pretrained(final)
+    last = _last_agent_metrics(out / "metrics.jsonl")
+    log(f"agent GRPO done: {final}  " + "  ".join(f"{k}={v:.3f}" for k, v in last.items()))
+    return {"run_dir": str(out), "model_dir": str(final), "last_metrics": last}
+
+
+def _has_gpu() -> bool:
+    from agentic_rl.utils import has_gpu
+
+    return has_gpu()
+
+
+def _last_agent_metrics(path: Path) -> dict[str, float]:
+    import json
+
+    last: dict[str, float] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            last.update({k: v for k, v in row.items() if k.startswith("agent/")})
+    return last
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import argparse
+
+    from agentic_rl.config import add_config_arguments, config_from_args
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", dest="_config_file", default=None)
+    add_config_arguments(parser, AgentGRPOConfig)
+    ns = parser.parse_args()
+    run(config_from_args(AgentGRPOConfig, ns, yaml_path=ns._config_file))

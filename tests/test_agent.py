@@ -1,0 +1,299 @@
+"""Agent layer: tools and their schemas, tool-call parsing, the calculator environment, multi-turn rollouts with
+env masks, per-step rewards summed into the return, SFT labels and GRPO loss masks that ignore tool tokens."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from agentic_rl.agent import rollout as rollout_mod
+from agentic_rl.agent.calculator_env import CalculatorEnv, calculator
+from agentic_rl.agent.env import ToolEnvironment, make_environment, register_environment, trajectory_return
+from agentic_rl.agent.rollout import (RolloutSettings, encode_episode, episode_stats, make_rollout_func,
+                                      run_episodes, trajectory_return_reward)
+from agentic_rl.agent.tasks import agent_rows, demonstration, demonstration_examples
+from agentic_rl.agent.tool_format import ChatFormat, parse_tool_calls, render_tool_call
+from agentic_rl.agent.tools import Tool, ToolError, get_tool
+from agentic_rl.errors import ConfigError
+
+CALL = render_tool_call("calculator", {"expression": "23*47"})
+QUESTION = "A farm has 23 boxes with 47 eggs in each box. How many eggs are there?"
+ROW = {"question": QUESTION, "answer": "23 * 47 = <<23*47=1081>>1081\n#### 1081"}
+
+
+def weather(city: str, days: int = 1) -> str:
+    """Forecast for a city.
+
+    Args:
+        city: the city name.
+        days: how many days ahead.
+    """
+    return f"{city}: sunny for {days} day(s)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tools, parsing, environments (no model)
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_tool_schema_is_derived_from_the_signature():
+    tool = Tool(weather)
+    fn = tool.schema["function"]
+    assert fn["name"] == "weather" and fn["description"] == "Forecast for a city."
+    assert fn["parameters"]["properties"] == {"city": {"type": "string", "description": "the city name."},
+                                              "days": {"type": "integer", "description": "how many days ahead."}}
+    assert fn["parameters"]["required"] == ["city"]
+    assert tool({"city": "Oslo", "days": 3}) == "Oslo: sunny for 3 day(s)"
+    with pytest.raises(ToolError, match="missing the required argument 'city'"):
+        tool({})
+    with pytest.raises(ToolError, match="must be integer"):
+        tool({"city": "Oslo", "days": "three"})
+    with pytest.raises(ToolError, match="unknown argument"):
+        tool({"city": "Oslo", "when": 1})
+
+
+def test_tool_and_environment_registries():
+    assert get_tool("calculator")({"expression": "23*47"}) == "1081"
+    assert get_tool("tests.test_agent:weather").name == "weather"
+    with pytest.raises(ConfigError, match="unknown tool 'nope'"):
+        get_tool("nope")
+    env = make_environment("calculator", max_turns=2)
+    assert isinstance(env, CalculatorEnv) and env.max_turns == 2
+
+    register_environment("weather-env", lambda **kw: ToolEnvironment([weather], **kw))
+    env = make_environment("weather-env", max_tool_calls=1)
+    assert [t.name for t in env.tools] == ["weather"] and env.max_tool_calls == 1
+    with pytest.raises(ConfigError, match="unknown environment"):
+        make_environment("no-such-env")
+
+
+def test_parse_tool_calls_in_qwen3_format():
+    content, calls = parse_tool_calls("Let me compute.\n" + CALL)
+    assert content == "Let me compute."
+    assert [(c.name, c.arguments, c.error) for c in calls] == [("calculator", {"expression": "23*47"}, None)]
+    _, calls = parse_tool_calls('<tool_call>\n{"name": "calculator", "arguments": "{\\"expression\\": \\"1+1\\"}"}'
+                                '\n</tool_call>')
+    assert calls[0].arguments == {"expression": "1+1"}
+    _, calls = parse_tool_calls('<tool_call>\n{"name": "calculator", "arguments": {"expression": "2*3"\n</tool_call>')
+    assert calls[0].error and "not valid JSON" in calls[0].error
+    _, calls = parse_tool_calls('<tool_call>\n{"name": "calculator"')
+    assert calls[0].error and "not closed" in calls[0].error
+    assert parse_tool_calls("Final Answer: 5") == ("Final Answer: 5", [])
+
+
+@pytest.mark.parametrize("turn, expected", [
+    ('<tool_call>\n{"name": "calculator", "arguments": {"expression": 23*47}\n</tool_call>', "not valid JSON"),
+    ('<tool_call>\n{"name": "search", "arguments": {"q": "x"}}\n</tool_call>', "unknown tool 'search'"),
+    ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "__import__(\'os\')"}}\n</tool_call>',
+     "not allowed"),
+    ('<tool_call>\n{"name": "calculator", "arguments": {"expr": "1+1"}}\n</tool_call>', "unknown argument"),
+    ('<tool_call>\n{"arguments": {"expression": "1+1"}}\n</tool_call>', 'no "name"'),
+])
+def test_malformed_or_forbidden_call_yields_an_error_observation(turn, expected):
+    env = CalculatorEnv()
+    env.reset({"ground_truth": "1081"})
+    result = env.step(turn)
+    assert not result.done and result.reward == 0.0
+    assert len(result.observation) == 1 and result.observation[0]["role"] == "tool"
+    assert result.text.startswith("error:") and expected in result.text
+    assert result.info["errors"] == 1 and env.tool_errors == 1
+
+
+def test_calculator_environment_rewards_and_limits():
+    env = CalculatorEnv(max_turns=6, max_tool_calls=4, tool_call_reward=0.1, answer_reward=1.0)
+    env.reset({"question": QUESTION, "ground_truth": "1081"})
+    first = env.step(CALL)
+    assert first.observation == [{"role": "tool", "name": "calculator", "content": "1081"}]
+    assert first.reward == pytest.approx(0.1) and not first.done and first.info["useful"] == 1
+    assert env.step(CALL).reward == 0.0  # a repeated call is valid but not useful
+    ungrounded = env.step(render_tool_call("calculator", {"expression": "99*2"}))  # 99 and 2 are not in the question
+    assert ungrounded.text == "198" and ungrounded.reward == 0.0 and ungrounded.info["useful"] == 0
+    chained = env.step(render_tool_call("calculator", {"expression": "1081 + 23"}))  # grounded by a tool result
+    assert chained.text == "1104" and chained.reward == pytest.approx(0.1)
+    over = env.step(render_tool_call("calculator", {"expression": "23+47"}))
+    assert "limit of 4 tool calls" in over.text and over.reward == 0.0
+    answer = env.step("23 * 47 = 1081\nFinal Answer: 1081")
+    assert answer.done and answer.reward == 1.0 and answer.info["correct"]
+    env.reset({"question": QUESTION, "ground_truth": "1081"})
+    wrong = env.step("Final Answer: 1080")
+    assert wrong.done and wrong.reward == 0.0 and not wrong.info["correct"]
+    loose = CalculatorEnv(grounded_calls_only=False)
+    loose.reset({"question": QUESTION, "ground_truth": "1081"})
+    assert loose.step(render_tool_call("calculator", {"expression": "99*2"})).reward == pytest.approx(0.1)
+    assert calculator("(120 - 15) / 3") == "35"
+
+
+def test_agent_config_is_validated():
+    from agentic_rl.agent.train import AgentGRPOConfig
+
+    with pytest.raises(ConfigError, match=r"num_generations \(3\) must divide the generation batch \(8\)"):
+        AgentGRPOConfig(model="m", num_generations=3, generation_batch_size=8)
+    with pytest.raises(ConfigError, match="tool_error_reward"):
+        AgentGRPOConfig(model="m", tool_error_reward=0.5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rollouts on the tiny model's tokenizer with a scripted policy
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def scripted_policy(tokenizer, script, *, wrong_rows=()):
+    """A stand-in for ``generate_batch``: turn k of every episode writes ``script[k]`` (k = tool responses so far);
+    batch rows in ``wrong_rows`` write ``Final Answer: 0`` as their answer turn."""
+    fmt = ChatFormat(tokenizer)
+    response_id = tokenizer.convert_tokens_to_ids("<tool_response>")
+
+    def generate(model, contexts, **kwargs):
+        out = []
+        for row, ids in enumerate(contexts):
+            k = min(ids.count(response_id), len(script) - 1)
+            text = script[k]
+            if row in wrong_rows and "<tool_call>" not in text:
+                text = "Final Answer: 0"
+            out.append(fmt.encode(text) + [fmt.end_of_turn_id])
+        return out
+
+    return generate
+
+
+def _episode(tokenizer, monkeypatch, script, **env_kwargs):
+    monkeypatch.setattr(rollout_mod, "generate_batch", scripted_policy(tokenizer, script))
+    task = agent_rows([ROW])[0]
+    return run_episodes(None, tokenizer, [CalculatorEnv(**env_kwargs)], [task], [task["prompt"]],
+                        RolloutSettings(max_turn_tokens=64, max_completion_length=400))[0]
+
+
+def test_trajectory_return_is_the_sum_of_step_rewards(tokenizer, monkeypatch):
+    traj = _episode(tokenizer, monkeypatch, [CALL, "23 * 47 = 1081\nFinal Answer: 1081"], tool_call_reward=0.25)
+    assert traj.step_rewards == [0.25, 1.0] and traj.turns == 2
+    assert traj.total_return == pytest.approx(1.25) == trajectory_return(traj.step_rewards)
+    assert traj.correct and traj.tool_calls == 1 and traj.tool_errors == 0
+    assert [m["role"] for m in traj.messages] == ["assistant", "tool", "assistant"]
+    assert trajectory_return_reward([None], trajectory_return=[traj.total_return]) == [pytest.approx(1.25)]
+
+
+def test_max_turns_is_respected(tokenizer, monkeypatch):
+    traj = _episode(tokenizer, monkeypatch, [CALL], max_turns=3, max_tool_calls=10)
+    assert traj.turns == 3 and len(traj.step_rewards) == 3
+    assert traj.step_rewards == [pytest.approx(0.1), 0.0, 0.0]  # repeats are not useful; the last turn is scored
+    assert traj.answered and not traj.correct
+    stats = episode_stats([traj])
+    assert stats["turns_per_episode"] == 3 and stats["tool_call_rate"] == 1.0
+
+
+def test_env_mask_covers_exactly_the_tool_response_tokens(tokenizer, monkeypatch):
+    traj = _episode(tokenizer, monkeypatch, [CALL, "Final Answer: 1081"])
+    ids, mask = traj.completion_ids, traj.env_mask
+    assert len(ids) == len(mask) and 0 in mask and mask[0] == 1 and mask[-1] == 1
+    env_text = tokenizer.decode([t for t, m in zip(ids, mask) if m == 0])
+    action_text = tokenizer.decode([t for t, m in zip(ids, mask) if m == 1])
+    assert "<tool_response>\n1081\n</tool_response>" in env_text and "<tool_call>" not in env_text
+    assert "<tool_response>" not in action_text and "Final Answer: 1081" in action_text and "23*47" in action_text
+    # The SFT encoder splices a written episode into exactly the same tokens.
+    schemas = [Tool(calculator).schema]
+    prompt_ids, completion, sft_mask = encode_episode(ChatFormat(tokenizer), agent_rows([ROW])[0]["prompt"],
+                                                      traj.messages, schemas)
+    assert prompt_ids == traj.prompt_ids and completion == ids and sft_mask == mask
+    # and the whole sequence is what the chat template renders for that conversation (tools in the system turn).
+    rendered = tokenizer.apply_chat_template(agent_rows([ROW])[0]["prompt"] + traj.messages, tools=schemas,
+                                             tokenize=False)
+    assert '"name": "calculator"' in rendered
+    assert tokenizer.decode(traj.prompt_ids + ids) == rendered.rstrip("\n")
+
+
+def test_sft_labels_ignore_prompt_and_tool_tokens(tokenizer):
+    row = agent_rows([ROW])[0]
+    assert [m["role"] for m in demonstration(row)] == ["assistant", "tool", "assistant"]
+    example = demonstration_examples(tokenizer, [row])[0]
+    ids, labels = example["input_ids"], example["labels"]
+    trained = tokenizer.decode([t for t, lab in zip(ids, labels) if lab != -100])
+    ignored = tokenizer.decode([t for t, lab in zip(ids, labels) if lab == -100])
+    assert "<tool_response>\n1081\n</tool_response>" in ignored and QUESTION in ignored
+    assert "<tool_response>" not in trained and QUESTION not in trained
+    assert '"expression": "23*47"' in trained and trained.rstrip().endswith("Final Answer: 1081<|im_end|>")
+    direct = demonstration_examples(tokenizer, agent_rows([ROW], tools=False), tools=False)[0]
+    assert "<tool_call>" not in tokenizer.decode(direct["input_ids"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GRPO through TRL: the tool tokens carry no loss
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_grpo_loss_has_no_gradient_on_tool_tokens(tiny_model_dir, tokenizer, monkeypatch, tmp_path):
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    rows = agent_rows([ROW, {"question": "Sam has 47 bags with 23 beads each. How many beads?",
+                             "answer": "47 * 23 = <<47*23=1081>>1081\n#### 1081"}])
+    script = [CALL, "Final Answer: 1081"]
+    # Rows 1 and 3 of the batch answer wrongly, so every group of 2 has one right and one wrong episode.
+    monkeypatch.setattr(rollout_mod, "generate_batch", scripted_policy(tokenizer, script, wrong_rows=(1, 3)))
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tokenizer.padding_side = "left"
+    args = GRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4,
+                      generation_batch_size=4, max_completion_length=200, max_steps=1, report_to=[], use_cpu=True,
+                      beta=0.0, gradient_checkpointing=False, logging_steps=1)
+    rollout = make_rollout_func(lambda: CalculatorEnv(), rows,
+                                RolloutSettings(max_turn_tokens=64, tools_in_prompt=False),
+                                log_path=tmp_path / "rollouts.jsonl")
+    trainer = GRPOTrainer(model=model, reward_funcs=[trajectory_return_reward], args=args,
+                          train_dataset=Dataset.from_list([{"prompt": r["prompt"]} for r in rows]),
+                          processing_class=tokenizer, rollout_func=rollout)
+    inputs = [{"prompt": rows[k]["prompt"]} for k in (0, 0, 1, 1)]  # as TRL's sampler repeats each prompt
+    trainer.model.train()  # as inside trainer.train(): metrics go to the "train" bucket
+    batch = trainer._generate_and_score_completions(inputs)
+
+    tool_mask, completion_mask = batch["tool_mask"], batch["completion_mask"]
+    assert tool_mask.shape == batch["completion_ids"].shape and (tool_mask == 0).any()
+    for row in range(4):  # the zeros are exactly the tool-response tokens
+        zeros = batch["completion_ids"][row][(tool_mask[row] == 0) & (completion_mask[row] == 1)]
+        assert "<tool_response>" in tokenizer.decode(zeros)
+    # Returns 0.1 + 1.0 (right) and 0.1 (wrong): advantages of opposite sign within each group.
+    advantages = batch["advantages"]
+    assert advantages[0] > 0 > advantages[1] and advantages[2] > 0 > advantages[3]
+
+    # The GRPO loss's gradient w.r.t. the per-token log-probs is zero on tool tokens, non-zero on action tokens.
+    captured = {}
+    original = trainer._get_per_token_logps_and_entropies
+
+    def logps_as_leaf(*a, **kw):
+        logps, entropies, aux = original(*a, **kw)
+        captured["logps"] = logps.detach().requires_grad_(True)
+        return captured["logps"], entropies, aux
+
+    monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", logps_as_leaf)
+    trainer.current_gradient_accumulation_steps = 1  # set by trainer.train()'s loop
+    trainer._compute_loss(trainer.model, batch).backward()
+    grad = captured["logps"].grad
+    action = (completion_mask * tool_mask).bool()
+    assert torch.all(grad[~action] == 0)
+    assert torch.all(grad[action] != 0)
+    assert (tmp_path / "rollouts.jsonl").is_file()
+    assert trainer._metrics["train"]["agent/tool_call_rate"] == [1.0]
+    assert trainer._metrics["train"]["agent/accuracy"] == [0.5]
+
+
+def test_demonstrations_call_the_tool_once_per_step_and_splits_stay_disjoint():
+    from agentic_rl.agent.train import load_task_rows
+
+    row = agent_rows([{"question": "q", "answer": "39 * 83 = <<39*83=3237>>3237\n3237 - 21 = <<3237-21=3216>>3216\n"
+                                                  "#### 3216"}])[0]
+    assert row["ground_truth"] == "3216"
+    messages = demonstration(row)
+    assert [m["content"] for m in messages] == [
+        render_tool_call("calculator", {"expression": "39*83"}), "3237",
+        render_tool_call("calculator", {"expression": "3237-21"}), "3216",
+        "39 * 83 = 3237\n3237 - 21 = 3216\nFinal Answer: 3216"]
+    train = load_task_rows("multiplication", "train", 50, heldout_rows=30)
+    test = load_task_rows("multiplication", "test", 30, heldout_rows=30)
+    assert len(train) == 50 and len(test) == 30
+    assert not {r["question"] for r in train} & {r["question"] for r in test}
