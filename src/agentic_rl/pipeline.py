@@ -1,0 +1,285 @@
+"""The post-training ladder in one command: (pretrain) -> eval -> SFT -> eval -> GRPO -> eval -> export -> report.
+
+``agentic-rl quickstart`` runs the embedded default on CPU with no network: a synthetic GSM8K-style task, a tokenizer
+and tiny Qwen3 base pretrained on arithmetic, SFT with LoRA, GRPO with a verifiable reward, evaluation of every stage
+on the same held-out problems, export, and a report. ``agentic-rl pipeline --config FILE`` runs the same ladder for any
+model and dataset (e.g. ``configs/qwen3-0.6b-gsm8k.yaml``), each stage switchable.
+
+Everything lands in one run directory::
+
+    runs/<name>/
+      config.yaml          resolved pipeline config (every stage's resolved config is in its own folder too)
+      pretrain/ sft/ grpo/ stage outputs: checkpoints, TensorBoard events, adapter/ and merged/ models
+      eval/<stage>/        metrics.json, predictions.jsonl, report.md per evaluated model
+      export/              the final merged model (transformers / vLLM load it as is)
+      report.md            stage comparison table + training curves (PNG)
+      summary.json         per stage: metrics (stages.<stage>.accuracy) and wall time
+
+Re-running skips stages whose ``<stage>/stage.json`` marker exists; ``--fresh`` starts over; stages themselves resume
+from their last checkpoint when interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+from agentic_rl.config import check_keys, config_from_dict, format_config, read_yaml, save_config
+from agentic_rl.errors import ConfigError
+from agentic_rl.utils import log, read_json, run_dir, write_json
+
+STAGES = ["pretrain", "sft", "grpo", "export"]
+EMBEDDED = "embedded"
+
+
+@dataclass
+class PipelineConfig:
+    name: str = field(default="pipeline", metadata={"help": "run name; outputs go to runs/<name>/ unless output_dir"})
+    output_dir: str | None = field(default=None, metadata={"help": "run directory (default runs/<name>)"})
+    model: str = field(default=EMBEDDED, metadata={
+        "help": "base model: a hub id (Qwen/Qwen3-0.6B), a local directory, or 'embedded' to pretrain the tiny base"})
+    dataset: str = field(default="synthetic", metadata={
+        "help": "task data: 'synthetic', a hub id (openai/gsm8k) or a local file/folder"})
+    seed: int = field(default=0, metadata={"help": "random seed for data sampling, initialisation and training"})
+    eval_samples: int = field(default=500, metadata={"help": "held-out problems every stage is evaluated on"})
+    stages: list[str] = field(default_factory=lambda: list(STAGES), metadata={
+        "help": f"stages to run, in ladder order (any of {', '.join(STAGES)})"})
+    evaluate_stages: bool = field(default=True, metadata={"help": "evaluate base, SFT and GRPO models on held-out data"})
+    fresh: bool = field(default=False, metadata={"help": "delete the run directory and start over"})
+    pretrain: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for the pretrain stage"})
+    sft: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for the SFT stage"})
+    grpo: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for the GRPO stage"})
+    eval: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for evaluation"})
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.stages if s not in STAGES]
+        if unknown:
+            raise ConfigError(f"unknown stage(s) {unknown} in 'stages'; choose from {STAGES}")
+        if "pretrain" in self.stages and self.model != EMBEDDED:
+            raise ConfigError("stage 'pretrain' builds the embedded tiny base: set model: embedded, "
+                              "or drop 'pretrain' from stages to start from an existing model")
+        if self.eval_samples < 1:
+            raise ConfigError("eval_samples must be >= 1")
+
+
+@dataclass
+class QuickstartConfig:
+    name: str = field(default="quickstart", metadata={"help": "run name; outputs go to runs/<name>/"})
+    seed: int = field(default=0, metadata={"help": "random seed (data, initialisation, training)"})
+    fresh: bool = field(default=False, metadata={"help": "delete the run directory and start over"})
+    eval_samples: int | None = field(default=None, metadata={
+        "help": "held-out problems each stage is evaluated on (default: the preset's, 500)"})
+    smoke: bool = field(default=False, metadata={
+        "help": "a reduced ladder (few steps, few samples) that checks the plumbing in about a minute; used by CI"})
+    agentic: bool = field(default=False, metadata={
+        "help": "the agentic variant: multi-turn calculator tool use trained with GRPO"})
+    preset_file: str | None = field(default=None, metadata={
+        "help": "a pipeline YAML to use instead of the embedded preset (same schema as `agentic-rl pipeline`)"})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Stage runners: each resolves its stage config (unknown keys are errors) and calls the stage as a function.
+# ---------------------------------------------------------------------------------------------------------------
+
+def _stage_config(cls: type, section: dict[str, Any], defaults: dict[str, Any], where: str):
+    values = {**defaults, **section}
+    return config_from_dict(cls, values, where=where)
+
+
+def _done_marker(path: Path) -> Path:
+    return path / "stage.json"
+
+
+def _run_stage(name: str, out: Path, fn: Callable[[], dict[str, Any]], summary: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+    """Run one stage unless its marker says it finished; record its wall time and model in the summary."""
+    marker = _done_marker(out)
+    if marker.is_file():
+        result = read_json(marker)
+        log(f"stage {name}: already done ({result.get('wall_time_s', 0):.0f}s), skipping — use --fresh to redo")
+    else:
+        log(f"stage {name}: starting")
+        start = time.time()
+        result = fn()
+        result = {**result, "wall_time_s": round(time.time() - start, 1)}
+        write_json(marker, result)
+        log(f"stage {name}: done in {result['wall_time_s']:.0f}s")
+    if summary is not None:
+        summary["stages"].setdefault(name, {}).update(
+            {k: v for k, v in result.items() if k in ("wall_time_s", "model_dir")})
+    return result
+
+
+def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, summary: dict[str, Any]) -> dict:
+    from agentic_rl.eval.evaluate import EvalConfig
+    from agentic_rl.eval.evaluate import run as run_eval
+
+    out = root / "eval" / label
+    defaults = {"models": [model_dir], "dataset": config.dataset, "split": "test",
+                "max_samples": config.eval_samples, "seed": config.seed, "output_dir": str(out)}
+    eval_config = _stage_config(EvalConfig, config.eval, defaults, where=f"{config.name}: eval")
+
+    def go() -> dict[str, Any]:
+        metrics = run_eval(eval_config)["models"][model_dir]
+        return {"metrics": {k: v for k, v in metrics.items() if k != "predictions"}}
+
+    result = _run_stage(f"eval {label}", out, go)
+    metrics = result["metrics"]
+    summary["stages"].setdefault(label, {}).update({
+        "metrics": metrics, "accuracy": metrics.get("accuracy_strict"),
+        "accuracy_lenient": metrics.get("accuracy_lenient"), "format_rate": metrics.get("format_rate"),
+        "avg_tokens": metrics.get("avg_tokens"), "eval_wall_time_s": result.get("wall_time_s")})
+    return result
+
+
+def _check_sections(config: PipelineConfig) -> None:
+    """Resolve every stage section before anything runs, so a typo fails in the first second, not after SFT."""
+    from agentic_rl.eval.evaluate import EvalConfig
+
+    sections: list[tuple[str, type, dict[str, Any]]] = [("eval", EvalConfig, config.eval)]
+    if "pretrain" in config.stages:
+        from agentic_rl.train.pretrain import PretrainConfig
+
+        sections.append(("pretrain", PretrainConfig, config.pretrain))
+    if "sft" in config.stages:
+        from agentic_rl.train.sft import SFTConfig
+
+        sections.append(("sft", SFTConfig, config.sft))
+    if "grpo" in config.stages:
+        from agentic_rl.train.grpo import GRPOConfig
+
+        sections.append(("grpo", GRPOConfig, config.grpo))
+    for name, cls, section in sections:
+        check_keys(cls, section, where=f"{config.name}: {name}")
+
+
+def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
+    root = Path(config.output_dir) if config.output_dir else Path("runs") / config.name
+    if config.fresh and root.exists():
+        log(f"--fresh: removing {root}")
+        shutil.rmtree(root)
+    root = run_dir(root, config.name)
+    print(format_config(config, "pipeline"))
+    _check_sections(config)
+    save_config(config, root / "config.yaml")
+    summary: dict[str, Any] = {"name": config.name, "seed": config.seed, "stages": {}}
+    started = time.time()
+    model_dir = config.model
+    stage_models: dict[str, str] = {}
+
+    # --- 1. pretrain (embedded tiny base only) ----------------------------------------------------------------
+    if "pretrain" in config.stages:
+        from agentic_rl.train.pretrain import PretrainConfig
+        from agentic_rl.train.pretrain import run as run_pretrain
+
+        out = root / "pretrain"
+        cfg = _stage_config(PretrainConfig, config.pretrain, {"output_dir": str(out), "seed": config.seed},
+                            where=f"{config.name}: pretrain")
+        result = _run_stage("pretrain", out, lambda: _jsonable(run_pretrain(cfg)), summary)
+        model_dir = result["model_dir"]
+    stage_models["base"] = model_dir
+    if config.evaluate_stages and ("sft" in config.stages or "grpo" in config.stages):
+        _evaluate("base", model_dir, config, root, summary)
+
+    # --- 2. SFT --------------------------------------------------------------------------------------------------
+    if "sft" in config.stages:
+        from agentic_rl.train.sft import SFTConfig
+        from agentic_rl.train.sft import run as run_sft
+
+        out = root / "sft"
+        cfg = _stage_config(SFTConfig, config.sft, {"model": model_dir, "dataset": config.dataset,
+                                                    "output_dir": str(out), "seed": config.seed},
+                            where=f"{config.name}: sft")
+        result = _run_stage("sft", out, lambda: _jsonable(run_sft(cfg)), summary)
+        model_dir = result["model_dir"]
+        stage_models["sft"] = model_dir
+        if config.evaluate_stages:
+            _evaluate("sft", model_dir, config, root, summary)
+
+    # --- 3. GRPO -------------------------------------------------------------------------------------------------
+    if "grpo" in config.stages:
+        from agentic_rl.train.grpo import GRPOConfig
+        from agentic_rl.train.grpo import run as run_grpo
+
+        out = root / "grpo"
+        cfg = _stage_config(GRPOConfig, config.grpo, {"model": model_dir, "dataset": config.dataset,
+                                                      "output_dir": str(out), "seed": config.seed},
+                            where=f"{config.name}: grpo")
+        result = _run_stage("grpo", out, lambda: _jsonable(run_grpo(cfg)), summary)
+        model_dir = result["model_dir"]
+        stage_models["grpo"] = model_dir
+        if config.evaluate_stages:
+            _evaluate("grpo", model_dir, config, root, summary)
+
+    # --- 4. export -----------------------------------------------------------------------------------------------
+    if "export" in config.stages:
+        from agentic_rl.deploy.export import ExportConfig
+        from agentic_rl.deploy.export import run as run_export
+
+        out = root / "export"
+        cfg = config_from_dict(ExportConfig, {"source": model_dir, "out": str(out)}, where=f"{config.name}: export")
+        _run_stage("export", out, lambda: {"model_dir": str(run_export(cfg))}, summary)
+        summary["export_dir"] = str(out)
+
+    # --- 5. report -----------------------------------------------------------------------------------------------
+    summary["total_wall_time_s"] = round(time.time() - started, 1)
+    summary["models"] = stage_models
+    write_json(root / "summary.json", summary)
+    from agentic_rl.report import write_pipeline_report
+
+    report = write_pipeline_report(root, summary)
+    log(f"report: {report}")
+    log("held-out accuracy by stage: " + ", ".join(
+        f"{name} {stage['accuracy']:.1%}" for name, stage in summary["stages"].items()
+        if isinstance(stage.get("accuracy"), (int, float))))
+    return summary
+
+
+def _jsonable(result: Any) -> dict[str, Any]:
+    """Stage results as a JSON-friendly dict with at least ``model_dir``."""
+    if isinstance(result, (str, Path)):
+        return {"model_dir": str(result)}
+    if dataclasses.is_dataclass(result):
+        result = dataclasses.asdict(result)
+    out = {}
+    for key, value in dict(result).items():
+        out[key] = str(value) if isinstance(value, Path) else value
+    if "model_dir" not in out:
+        raise RuntimeError(f"stage result has no model_dir: {sorted(out)}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Quickstart: the embedded preset
+# ---------------------------------------------------------------------------------------------------------------
+
+def preset_path(name: str) -> Path:
+    return Path(str(resources.files("agentic_rl") / "configs" / f"{name}.yaml"))
+
+
+def load_pipeline_config(path: str | Path, overrides: dict[str, Any] | None = None) -> PipelineConfig:
+    values = read_yaml(path)
+    values.update(overrides or {})
+    return config_from_dict(PipelineConfig, values, where=str(path))
+
+
+def run_quickstart(config: QuickstartConfig) -> dict[str, Any]:
+    if config.agentic:
+        from agentic_rl.agent.quickstart import run_agentic_quickstart
+
+        return run_agentic_quickstart(name=config.name if config.name != "quickstart" else "quickstart-agentic",
+                                      seed=config.seed, fresh=config.fresh, smoke=config.smoke)
+    preset = Path(config.preset_file) if config.preset_file else preset_path("quickstart-smoke" if config.smoke else "quickstart")
+    overrides: dict[str, Any] = {"name": config.name, "seed": config.seed, "fresh": config.fresh}
+    if config.eval_samples is not None:
+        overrides["eval_samples"] = config.eval_samples
+    return run_pipeline(load_pipeline_config(preset, overrides))
+
+
+def run_pipeline_command(config: PipelineConfig) -> dict[str, Any]:
+    return run_pipeline(config)
