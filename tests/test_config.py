@@ -91,3 +91,26 @@ def test_stage_reads_its_section_of_a_pipeline_file(tmp_path):
     path.write_text("model: base-dir\nsft:\n  stepz: 7\n")
     with pytest.raises(ConfigError, match="stepz"):
         config_from_args(StageConfig, parser.parse_args([]), yaml_path=path, section="sft")
+
+
+@pytest.mark.parametrize("command", sorted(__import__("agentic_rl.cli", fromlist=["COMMANDS"]).COMMANDS))
+def test_every_command_has_help_listing_its_settings(command, capsys):
+    from agentic_rl.cli import _load_command
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    config_cls, _, _ = _load_command(command)
+    import dataclasses
+
+    for f in dataclasses.fields(config_cls):
+        shown = f.name if f.metadata.get("positional") else "--" + f.metadata.get("flag", f.name).replace("_", "-")
+        assert shown in out, f"{command} --help does not list {shown}"
+        assert f.metadata.get("help"), f"{command}: setting {f.name} has no help text"
+
+
+def test_bad_input_is_one_line_error_not_traceback(capsys):
+    assert main(["data", "stats", "--source", "/nonexistent/file.jsonl"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "/nonexistent/file.jsonl" in err[0]

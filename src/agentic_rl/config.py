@@ -231,8 +231,10 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         if f.metadata.get("positional"):
             inner, _ = _unwrap_optional(f.type)
             nargs = "*" if typing.get_origin(inner) is list else "?"
-            parser.add_argument(name, nargs=nargs, default=argparse.SUPPRESS, help=help_text,
-                                choices=f.metadata.get("choices"))
+            choices = f.metadata.get("choices")
+            shown = f"{help_text} (one of: {', '.join(choices)})" if choices else help_text
+            parser.add_argument(name, nargs=nargs, default=argparse.SUPPRESS, help=shown, choices=choices,
+                                metavar=name)
             continue
         flag = f.metadata.get("flag", name)
         opts = [f"--{flag.replace('_', '-')}"]
