@@ -1,0 +1,92 @@
+"""The ladder end to end on the reduced preset (what CI runs): one run directory, summary, report, export, skipping."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentic_rl.cli import main
+from agentic_rl.config import save_config
+from agentic_rl.errors import ConfigError
+from agentic_rl.pipeline import QuickstartConfig, load_pipeline_config, preset_path, run_pipeline, run_quickstart
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "smoke"
+    config = load_pipeline_config(preset_path("quickstart-smoke"), {"output_dir": str(out)})
+    summary = run_pipeline(config)
+    return out, summary
+
+
+def test_smoke_ladder_writes_everything_into_one_run_directory(smoke_run):
+    out, summary = smoke_run
+    for name in ["config.yaml", "summary.json", "report.md", "training_curves.png", "pretrain/model/config.json",
+                 "sft/merged/config.json", "grpo/merged/config.json", "export/model.safetensors",
+                 "eval/base/metrics.json", "eval/sft/predictions.jsonl", "eval/grpo/report.md",
+                 "sft/config.yaml", "grpo/config.yaml", "grpo/heldout.jsonl"]:
+        assert (out / name).exists(), name
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk["stages"].keys() >= {"pretrain", "base", "sft", "grpo", "export"}
+    for stage in ("base", "sft", "grpo"):
+        metrics = json.loads((out / "eval" / stage / "metrics.json").read_text())
+        accuracy = on_disk["stages"][stage]["accuracy"]
+        assert 0.0 <= accuracy <= 1.0
+        assert on_disk["stages"][stage]["metrics"]["num_prompts"] == 16
+        assert json.dumps(metrics).count("accuracy_strict") >= 1
+    for stage in ("pretrain", "sft", "grpo"):
+        assert on_disk["stages"][stage]["wall_time_s"] > 0
+    report = (out / "report.md").read_text()
+    assert "| base |" in report and "| sft |" in report and "| grpo |" in report
+
+
+def test_exported_model_loads_with_plain_transformers_and_answers(smoke_run):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentic_rl.data import load_task_dataset
+    from agentic_rl.data.formats import build_prompt, render_prompt
+
+    out, _ = smoke_run
+    model = AutoModelForCausalLM.from_pretrained(out / "export")
+    tokenizer = AutoTokenizer.from_pretrained(out / "export")
+    question = load_task_dataset("synthetic", "test", max_samples=1)[0]["question"]
+    ids = tokenizer(render_prompt(tokenizer, build_prompt(question)), return_tensors="pt")
+    with torch.no_grad():
+        generated = model.generate(**ids, max_new_tokens=8, do_sample=False)
+    assert generated.shape[1] > ids["input_ids"].shape[1]
+    # The export is the GRPO model: same weights as the stage's merged output.
+    grpo = AutoModelForCausalLM.from_pretrained(out / "grpo" / "merged")
+    for (name, a), (_, b) in zip(model.state_dict().items(), grpo.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_rerun_skips_finished_stages_and_fresh_starts_over(smoke_run, capsys):
+    out, summary = smoke_run
+    marker = out / "sft" / "stage.json"
+    before = marker.stat().st_mtime_ns
+    config = load_pipeline_config(preset_path("quickstart-smoke"), {"output_dir": str(out)})
+    again = run_pipeline(config)
+    assert marker.stat().st_mtime_ns == before
+    assert again["stages"]["sft"]["accuracy"] == summary["stages"]["sft"]["accuracy"]
+    assert "already done" in capsys.readouterr().err
+
+
+def test_a_typo_in_a_stage_section_fails_before_any_training(tmp_path):
+    path = tmp_path / "p.yaml"
+    save_config(load_pipeline_config(preset_path("quickstart-smoke")), path)
+    text = path.read_text().replace("learning_rate:", "lerning_rate:", 1)
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="lerning_rate"):
+        run_pipeline(load_pipeline_config(path, {"output_dir": str(tmp_path / "run")}))
+    assert not (tmp_path / "run" / "pretrain").exists()
+
+
+def test_quickstart_command_rejects_unknown_flags_and_stage_names(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["quickstart", "--no-such-flag"])
+    with pytest.raises(ConfigError, match="unknown stage"):
+        run_pipeline(load_pipeline_config(preset_path("quickstart-smoke"),
+                                          {"stages": ["sft", "rlhf"], "output_dir": str(tmp_path)}))
+    assert isinstance(QuickstartConfig(), QuickstartConfig) and callable(run_quickstart)
