@@ -90,3 +90,18 @@ def test_quickstart_command_rejects_unknown_flags_and_stage_names(tmp_path, caps
         run_pipeline(load_pipeline_config(preset_path("quickstart-smoke"),
                                           {"stages": ["sft", "rlhf"], "output_dir": str(tmp_path)}))
     assert isinstance(QuickstartConfig(), QuickstartConfig) and callable(run_quickstart)
+
+
+def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(tmp_path):
+    from agentic_rl.agent.quickstart import run_agentic_quickstart
+
+    report = run_agentic_quickstart(tmp_path / "agentic", smoke=True)
+    for stage in ("eval_sft", "eval_grpo"):
+        for mode in ("with_tools", "without_tools"):
+            stats = report[stage][mode]
+            assert 0.0 <= stats["accuracy"] <= 1.0 and 0.0 <= stats["tool_call_rate"] <= 1.0
+            assert stats["turns_per_episode"] >= 1.0
+        # Without tools the environment never executes a call.
+        assert report[stage]["without_tools"]["tool_calls_per_episode"] == 0.0
+    assert (tmp_path / "agentic" / "report.md").is_file()
+    assert (tmp_path / "agentic" / "grpo" / "stage.json").is_file()
