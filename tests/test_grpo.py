@@ -1,0 +1,253 @@
+"""GRPO stage: config validation, metric names and health rules (fast), and short real runs of TRL's GRPOTrainer on
+random-init micro models (a few seconds of training each): rewards receive the dataset columns, beta > 0 gives a
+non-zero KL, LoRA and full fine-tuning train different parameters, a Qwen3-0.6B-shaped model completes two steps,
+and a run resumes from its last checkpoint."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agentic_rl.config import config_from_args, config_from_dict, format_config, load_config, save_config
+from agentic_rl.errors import ConfigError
+from agentic_rl.train.grpo import GRPOConfig, health_monitor, rename_metrics
+
+# ---------------------------------------------------------------------------------------------------------------
+# Config
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_defaults_come_from_the_seed_not_trl():
+    cfg = GRPOConfig(model="m")
+    assert cfg.beta == 0.05 and 1e-6 <= cfg.learning_rate <= 1e-5 and 0.7 <= cfg.temperature <= 1.0
+    assert not cfg.full and cfg.lora_r == 16
+    full = GRPOConfig(model="m", full=True)
+    assert 1e-6 <= full.learning_rate <= 1e-5 and full.learning_rate < cfg.learning_rate
+    tiny = GRPOConfig(model="m", preset="tiny")
+    assert tiny.max_completion_length == 64 and tiny.batch_size % tiny.num_generations == 0 and tiny.lora_r == 64
+    # An explicit value beats the preset.
+    assert GRPOConfig(model="m", preset="tiny", learning_rate=3e-5).learning_rate == 3e-5
+
+
+def test_num_generations_must_divide_the_generation_batch_and_the_message_gives_the_fix():
+    with pytest.raises(ConfigError) as err:
+        GRPOConfig(model="m", num_generations=6, batch_size=16, gradient_accumulation_steps=1)
+    msg = str(err.value)
+    assert "num_generations (6) must divide the generation batch (16" in msg
+    assert "set batch_size to a multiple of 6 (e.g. 18)" in msg
+    with pytest.raises(ConfigError, match=r"generation batch \(32 = batch_size 8 x gradient_accumulation_steps 4\)"):
+        GRPOConfig(model="m", num_generations=6, batch_size=8, gradient_accumulation_steps=4)
+    GRPOConfig(model="m", num_generations=6, batch_size=6, gradient_accumulation_steps=4)  # 24: fine
+    with pytest.raises(ConfigError, match="generation_batch_size or steps_per_generation"):
+        GRPOConfig(model="m", generation_batch_size=64, steps_per_generation=2)
+    with pytest.raises(ConfigError, match="num_generations \\(1\\) must be >= 2"):
+        GRPOConfig(model="m", num_generations=1)
+
+
+def test_trl_passthrough_is_checked_by_name():
+    with pytest.raises(ConfigError, match="did you mean 'top_entropy_quantile'"):
+        GRPOConfig(model="m", trl_args={"top_entropy_quantil": 0.2})
+    with pytest.raises(ConfigError, match="has its own setting"):
+        GRPOConfig(model="m", trl_args={"beta": 0.1})
+    assert GRPOConfig(model="m", trl_args={"top_entropy_quantile": 0.2}).trl_args == {"top_entropy_quantile": 0.2}
+
+
+def test_cli_flags_yaml_roundtrip_and_every_field_printed(tmp_path):
+    import argparse
+
+    from agentic_rl.config import add_config_arguments
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, GRPOConfig)
+    args = parser.parse_args(["--model", "m", "--reward", "accuracy:1.0", "--reward", "format:0.5", "--full",
+                              "--beta", "0.1", "--loss-type", "dr_grpo", "--scale-rewards", "none"])
+    cfg = config_from_args(GRPOConfig, args)
+    assert cfg.rewards == ["accuracy:1.0", "format:0.5"] and cfg.full and cfg.beta == 0.1
+    assert cfg.loss_type == "dr_grpo" and cfg.scale_rewards == "none"
+    with pytest.raises(SystemExit):  # argparse rejects a loss type TRL does not have
+        parser.parse_args(["--loss-type", "ppo"])
+    text = format_config(cfg, "grpo")
+    for name in ("beta", "epsilon", "num_iterations", "temperature", "top_p", "max_completion_length", "loss_type",
+                 "scale_rewards", "learning_rate", "num_generations", "use_vllm", "vllm_mode", "rewards"):
+        assert f"  {name} " in text
+    path = save_config(cfg, tmp_path / "config.yaml")
+    assert load_config(GRPOConfig, path) == cfg
+    with pytest.raises(ConfigError, match="unknown config key 'betaa'"):
+        config_from_dict(GRPOConfig, {"model": "m", "betaa": 0.1})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Metric names and live warnings
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_trl_metric_names_are_mapped_to_the_documented_table():
+    logs = {"loss": 0.1, "reward": 0.7, "rewards/accuracy/mean": 0.6, "rewards/format/mean": 0.5, "kl": 0.01,
+            "entropy": 1.2, "clip_ratio/region_mean": 0.03, "completions/mean_length": 30.0, "step_time": 1.5,
+            "completions/clipped_ratio": 0.1, "frac_reward_zero_std": 0.25, "something_new": 3.0}
+    out = rename_metrics(logs)
+    assert out["grpo/reward"] == 0.7 and out["grpo/reward/accuracy"] == 0.6 and out["grpo/accuracy"] == 0.6
+    assert out["grpo/reward/format"] == 0.5 and out["grpo/kl"] == 0.01 and out["grpo/entropy"] == 1.2
+    assert out["grpo/clip_ratio"] == 0.03 and out["grpo/completion_length"] == 30.0
+    assert out["grpo/truncated_fraction"] == 0.1 and out["grpo/zero_std_fraction"] == 0.25
+    assert out["train/loss"] == 0.1 and out["perf/step_time_s"] == 1.5
+    assert out["grpo/something_new"] == 3.0  # nothing TRL logs is dropped
+
+
+def test_health_rules_warn_on_kl_drift_stalling_and_reward_collapse(capsys):
+    monitor = health_monitor(GRPOConfig(model="m", kl_warmup_steps=3))
+    monitor.update({"step": 1, "grpo/kl": 0.0, "grpo/reward": 0.5}, 1)  # warm-up: a tiny KL is expected
+    assert monitor.warnings == []
+    monitor.update({"step": 2, "grpo/kl": 0.9}, 2)
+    assert [w["rule"] for w in monitor.warnings] == ["kl_high"] and "raise beta" in monitor.warnings[0]["message"]
+    monitor.update({"step": 5, "grpo/kl": 0.0001}, 5)
+    assert monitor.warnings[-1]["rule"] == "kl_low"
+    for step, reward in enumerate([0.2] * 10 + [0.8] * 10 + [0.6] * 10, start=10):  # rises, dips 25 %: fine
+        monitor.update({"step": step, "grpo/reward": reward}, step)
+    assert monitor.warnings[-1]["rule"] == "kl_low"
+    for step, reward in enumerate([0.1] * 10, start=40):  # falls below half of its best: collapse
+        monitor.update({"step": step, "grpo/reward": reward}, step)
+    assert monitor.warnings[-1]["rule"] == "reward_collapse"
+    assert "WARNING" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Real runs on random-init micro models
+# ---------------------------------------------------------------------------------------------------------------
+
+RECORDER = '''
+CALLS = []
+
+def recording_reward(completions, **kwargs):
+    """1.0 for every other completion: within each group of two the advantages differ, so the policy moves."""
+    if "trainer_state" in kwargs:  # called by TRL's GRPOTrainer (not by the held-out evaluation)
+        CALLS.append({k: list(v) for k, v in kwargs.items() if k in ("question", "ground_truth", "full_answer")})
+    return [float(i % 2 == 0) for i in range(len(completions))]
+'''
+
+
+@pytest.fixture(scope="module")
+def recorder_module(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rewards")
+    (folder / "grpo_recording_reward.py").write_text(textwrap.dedent(RECORDER))
+    sys.path.insert(0, str(folder))
+    yield "grpo_recording_reward"
+    sys.path.remove(str(folder))
+    sys.modules.pop("grpo_recording_reward", None)
+
+
+def _config(model_dir: Path, out: Path, **overrides) -> GRPOConfig:
+    values = dict(model=str(model_dir), output_dir=str(out), max_steps=2, num_generations=2, batch_size=4,
+                  max_completion_length=6, max_train_samples=8, gradient_accumulation_steps=1, heldout_every=0,
+                  save_steps=1, learning_rate=0.05, report_to=["none"], completions_every=1, completions_per_log=2)
+    values.update(overrides)
+    return config_from_dict(GRPOConfig, values)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def lora_run(tiny_model_dir, tmp_path_factory, recorder_module):
+    from agentic_rl.train.grpo import run
+
+    out = tmp_path_factory.mktemp("grpo_lora")
+    cfg = _config(tiny_model_dir, out, beta=0.2, rewards=[f"{recorder_module}:recording_reward:1.0"],
+                  heldout_every=1, heldout_samples=3, report_to=["tensorboard"])
+    return cfg, run(cfg)
+
+
+def test_reward_functions_receive_the_dataset_columns(lora_run, recorder_module):
+    from agentic_rl.data import load_task_dataset
+
+    cfg, result = lora_run
+    calls = sys.modules[recorder_module].CALLS
+    assert len(calls) == 2  # one generation batch per step
+    truth = {r["question"]: r["ground_truth"] for r in load_task_dataset("synthetic", "train").to_list()}
+    for call in calls:
+        assert set(call) == {"question", "ground_truth", "full_answer"}
+        assert len(call["question"]) == 4  # batch_size completions, each with its row's columns
+        assert call["question"][0] == call["question"][1]  # a group shares its prompt
+        for question, gt in zip(call["question"], call["ground_truth"]):
+            assert truth[question] == gt
+    metrics = [r for r in _rows(Path(result["model_dir"]).parent / "metrics.jsonl") if "grpo/reward" in r]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(m["grpo/reward/recording_reward"] == 0.5 for m in metrics)  # the function's values reached TRL
+    samples = _rows(Path(result["model_dir"]).parent / "completions.jsonl")
+    assert samples and {"step", "prompt", "completion", "rewards", "advantage"} <= set(samples[0])
+    assert samples[0]["rewards"]["recording_reward"] in (0.0, 1.0)
+
+
+def test_beta_gives_a_nonzero_kl_and_the_run_writes_its_outputs(lora_run):
+    from transformers import AutoModelForCausalLM
+
+    cfg, result = lora_run
+    out = Path(result["model_dir"]).parent
+    metrics = [r for r in _rows(out / "metrics.jsonl") if "grpo/kl" in r]
+    assert metrics[0]["grpo/kl"] == 0.0  # step 1: the fresh adapter is the reference
+    assert metrics[-1]["grpo/kl"] > 0.0  # after an update the policy has moved away from it
+    heldout = _rows(out / "heldout.jsonl")
+    assert [h["step"] for h in heldout] == [0, 1, 2] and all(h["n"] == 3 for h in heldout)
+    assert (out / "best" / "adapter_config.json").is_file() and (out / "best" / "best.json").is_file()
+    assert (out / "config.yaml").is_file() and list((out / "tensorboard").glob("events.*"))
+    assert (out / "adapter" / "adapter_config.json").is_file()
+    merged = AutoModelForCausalLM.from_pretrained(out / "merged")
+    assert merged.config.model_type == "qwen3" and result["steps"] == 2
+
+
+def _weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+def test_lora_and_full_fine_tuning_train_different_parameters(lora_run, tiny_model_dir, tmp_path):
+    from agentic_rl.train.grpo import run
+
+    _, lora = lora_run
+    lora_out = Path(lora["model_dir"]).parent
+    lora_names = (lora_out / "trainable_parameters.txt").read_text().split()
+    assert lora_names and all("lora_A" in n or "lora_B" in n for n in lora_names)
+
+    full = run(_config(tiny_model_dir, tmp_path / "full", full=True, beta=0.0, max_steps=1, learning_rate=1e-3,
+                       rewards=["grpo_recording_reward:recording_reward"]))
+    full_names = (tmp_path / "full" / "trainable_parameters.txt").read_text().split()
+    assert "model.embed_tokens.weight" in full_names and not any("lora" in n for n in full_names)
+    assert full["adapter_dir"] is None and full["trainable_parameters"] > lora["trainable_parameters"]
+
+    start, after_lora, after_full = (_weights(tiny_model_dir), _weights(lora_out / "merged"),
+                                     _weights(Path(full["model_dir"])))
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not after_lora[q].equal(start[q]) and after_lora["model.embed_tokens.weight"].equal(
+        start["model.embed_tokens.weight"])  # LoRA: linear layers move, embeddings stay
+    assert not after_full["model.embed_tokens.weight"].equal(start["model.embed_tokens.weight"])
+
+
+def test_resume_continues_from_the_last_checkpoint(lora_run):
+    import dataclasses
+
+    from agentic_rl.train.grpo import run
+
+    cfg, first = lora_run
+    out = Path(first["model_dir"]).parent
+    assert (out / "checkpoint-2").is_dir()
+    again = run(dataclasses.replace(cfg, max_steps=3, resume=True, heldout_every=0))
+    assert again["resumed_from"].endswith("checkpoint-2") and again["steps"] == 3
+    steps = [r["step"] for r in _rows(out / "metrics.jsonl") if "grpo/reward" in r]
+    assert steps == [1, 2, 3]  # the first run's rows are kept, step 3 is new, nothing repeated
+
+
+def test_a_qwen3_shaped_model_completes_two_steps(qwen3_shape_dir, tmp_path):
+    from agentic_rl.train.grpo import run
+
+    result = run(_config(qwen3_shape_dir, tmp_path / "q", rewards=["accuracy:1.0", "format:0.2"],
+                         learning_rate=1e-4))
+    assert result["steps"] == 2
+    rows = [r for r in _rows(tmp_path / "q" / "metrics.jsonl") if "grpo/reward" in r]
+    assert [r["step"] for r in rows] == [1, 2] and all("grpo/kl" in r for r in rows)
+    assert (tmp_path / "q" / "merged" / "model.safetensors").is_file()
