@@ -251,3 +251,17 @@ def test_a_qwen3_shaped_model_completes_two_steps(qwen3_shape_dir, tmp_path):
     rows = [r for r in _rows(tmp_path / "q" / "metrics.jsonl") if "grpo/reward" in r]
     assert [r["step"] for r in rows] == [1, 2] and all("grpo/kl" in r for r in rows)
     assert (tmp_path / "q" / "merged" / "model.safetensors").is_file()
+
+
+def test_use_vllm_without_vllm_is_a_clear_config_error():
+    import importlib.util
+
+    import pytest
+
+    from agentic_rl.errors import ConfigError
+    from agentic_rl.train.grpo import GRPOConfig
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(ConfigError, match=r"use_vllm needs vLLM.*pip install"):
+        GRPOConfig(model="m", use_vllm=True)

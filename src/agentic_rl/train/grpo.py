@@ -71,6 +71,7 @@ Live warnings (the seed's rules): KL > ``kl_high`` (0.5: drifting, raise β or l
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 import shutil
@@ -213,6 +214,9 @@ class GRPOConfig:
         self._validate()
 
     def _validate(self) -> None:
+        if self.use_vllm and importlib.util.find_spec("vllm") is None:
+            raise ConfigError("use_vllm needs vLLM, which is not installed: pip install -e '.[vllm]' (GPU), "
+                              "or drop --use-vllm to generate with transformers")
         if self.num_generations < 2:
             raise ConfigError(f"num_generations ({self.num_generations}) must be >= 2: advantages compare "
                               "completions of the same prompt")
@@ -392,6 +396,8 @@ def trl_arguments(config: GRPOConfig, out: Path, reward_weights: list[float]):
 
     kwargs: dict[str, Any] = dict(
         output_dir=str(out), seed=config.seed, max_steps=config.max_steps, learning_rate=config.learning_rate,
+        # Without use_cpu, several CPU processes would each train alone (no gloo process group, no gradient sync).
+        use_cpu=not has_gpu(),
         per_device_train_batch_size=config.batch_size,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         lr_scheduler_type=config.lr_scheduler_type, warmup_steps=config.warmup_ratio,  # < 1: a fraction
@@ -649,8 +655,11 @@ def _last_checkpoint(out: Path) -> str | None:
 # The stage
 # ---------------------------------------------------------------------------------------------------------------
 
-def run(config: GRPOConfig) -> dict[str, Any]:
-    """Train with GRPO; returns ``{"model_dir": <run>/merged, "adapter_dir", "best_dir", "heldout", ...}``."""
+def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
+    """Train with GRPO; returns ``{"model_dir": <run>/merged, "adapter_dir", "best_dir", "heldout", ...}``.
+
+    ``callbacks``: extra ``TrainerCallback`` objects (hyper-parameter search uses one for pruning).
+    """
     if not config.model:
         raise ConfigError("model is required: an SFT output directory, a model directory or a hub id (--model)")
     started = time.time()
@@ -693,7 +702,7 @@ def run(config: GRPOConfig) -> dict[str, Any]:
     monitor = _make_callback(config, out, logger, rules, heldout, tokenizer, state)
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=trl_arguments(config, out, weights),
                           train_dataset=train, processing_class=tokenizer, peft_config=peft_config_for(config),
-                          callbacks=[monitor])
+                          callbacks=[monitor, *(callbacks or [])])
     monitor.trainer = trainer
     trainable_names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     (out / "trainable_parameters.txt").write_text("\n".join(trainable_names) + "\n")
