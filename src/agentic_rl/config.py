@@ -139,6 +139,19 @@ def _unknown_key_error(key: str, known: list[str], where: str) -> ConfigError:
 # Public API
 # ---------------------------------------------------------------------------------------------------------------
 
+def setting(default: Any, help: str, **extra: Any) -> Any:
+    """A config field with its help string (and optional ``flag`` / ``choices`` / ``positional``).
+
+    Mutable defaults (lists, dicts) get a fresh copy per instance.
+    """
+    kwargs: dict[str, Any] = {"metadata": {"help": help, **extra}}
+    if isinstance(default, (list, dict)):
+        kwargs["default_factory"] = (lambda d=default: type(d)(d))
+    else:
+        kwargs["default"] = default
+    return dataclasses.field(**kwargs)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():

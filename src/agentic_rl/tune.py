@@ -57,7 +57,7 @@ import yaml
 
 from agentic_rl.config import config_from_dict, config_to_dict, read_yaml
 from agentic_rl.errors import ConfigError
-from agentic_rl.utils import log, run_dir, warn, write_json
+from agentic_rl.utils import free_memory, log, run_dir, warn, write_json
 
 STAGES = ("sft", "grpo")
 SEARCHES = ("grid", "random", "bayes")
@@ -619,17 +619,6 @@ def _accepts_callbacks(fn: Callable[..., Any]) -> bool:
     return "callbacks" in inspect.signature(fn).parameters
 
 
-def _free_memory() -> None:
-    import gc
-
-    gc.collect()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except ImportError:  # pragma: no cover
-        pass
 
 
 def _drop_weights(trial_dir: Path) -> None:
@@ -681,7 +670,7 @@ def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any],
         finally:
             if not keep_models:
                 _drop_weights(trial_dir)
-            _free_memory()
+            free_memory()
 
     return objective
 

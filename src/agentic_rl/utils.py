@@ -48,6 +48,17 @@ def supports_bf16() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
+def free_memory() -> None:
+    """Collect a finished model before the next one loads (several models in one process must not pile up)."""
+    import gc
+
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def log(message: str) -> None:
     """Console line for a stage (stderr keeps stdout clean for machine-readable output)."""
     print(f"[agentic-rl {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

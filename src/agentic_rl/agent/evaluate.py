@@ -20,30 +20,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentic_rl.config import setting
 from agentic_rl.utils import log, run_dir, write_json, write_jsonl
 
 
-def _f(default: Any, help: str, **extra: Any) -> Any:
-    return field(default=default, metadata={"help": help, **extra})
 
 
 @dataclass
 class AgentEvalConfig:
-    model: str = _f("", "model directory or hub id")
-    output_dir: str | None = _f(None, "run directory (default runs/agent-eval)")
-    dataset: str = _f("multiplication", "'multiplication' / 'arithmetic' (embedded synthetic test split) or a JSONL "
+    model: str = setting("", "model directory or hub id")
+    output_dir: str | None = setting(None, "run directory (default runs/agent-eval)")
+    dataset: str = setting("multiplication", "'multiplication' / 'arithmetic' (embedded synthetic test split) or a JSONL "
                                         "file of GSM8K-shaped rows")
-    num_rows: int = _f(200, "held-out tasks to evaluate")
-    heldout_rows: int = _f(200, "size of the synthetic held-out split (as in training)")
-    data_seed: int = _f(0, "seed of the synthetic task split (as in training)")
-    environment: str = _f("calculator", "environment: a registered name or module:factory")
-    max_turns: int = _f(4, "assistant turns per episode")
-    max_tool_calls: int = _f(3, "tool calls per episode")
-    tools_in_prompt: bool = _f(True, "render the tool schemas into the prompt with the chat template")
-    without_tools: bool = _f(True, "also evaluate the same model with tools disabled")
-    max_turn_tokens: int = _f(48, "new tokens per assistant turn")
-    max_completion_length: int = _f(192, "tokens after the prompt: all turns plus tool responses")
-    batch_size: int = _f(64, "episodes generated together")
+    num_rows: int = setting(200, "held-out tasks to evaluate")
+    heldout_rows: int = setting(200, "size of the synthetic held-out split (as in training)")
+    data_seed: int = setting(0, "seed of the synthetic task split (as in training)")
+    environment: str = setting("calculator", "environment: a registered name or module:factory")
+    max_turns: int = setting(4, "assistant turns per episode")
+    max_tool_calls: int = setting(3, "tool calls per episode")
+    tools_in_prompt: bool = setting(True, "render the tool schemas into the prompt with the chat template")
+    without_tools: bool = setting(True, "also evaluate the same model with tools disabled")
+    max_turn_tokens: int = setting(48, "new tokens per assistant turn")
+    max_completion_length: int = setting(192, "tokens after the prompt: all turns plus tool responses")
+    batch_size: int = setting(64, "episodes generated together")
 
 
 def evaluate_agent(model, tokenizer, rows: list[dict[str, Any]], *, env_factory, tools: bool = True,

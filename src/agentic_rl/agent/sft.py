@@ -18,28 +18,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentic_rl.config import setting
 from agentic_rl.utils import log, run_dir, set_seed
 
 
-def _f(default: Any, help: str, **extra: Any) -> Any:
-    return field(default=default, metadata={"help": help, **extra})
 
 
 @dataclass
 class AgentSFTConfig:
-    model: str = _f("", "base model directory or hub id")
-    output_dir: str | None = _f(None, "run directory (default runs/agent-sft); the model goes to <run>/model")
-    dataset: str = _f("multiplication", "'multiplication' / 'arithmetic' (embedded synthetic task) or a JSONL file")
-    train_rows: int = _f(1000, "demonstration episodes")
-    heldout_rows: int = _f(200, "size of the synthetic held-out split never trained on")
-    data_seed: int = _f(0, "seed of the synthetic task split")
-    direct_fraction: float = _f(0.25, "share of rows shown as direct answers without tools")
-    tools_in_prompt: bool = _f(True, "render the tool schemas into the prompt with the chat template")
-    epochs: float = _f(3.0, "passes over the demonstrations")
-    learning_rate: float = _f(5e-4, "learning rate")
-    batch_size: int = _f(16, "examples per optimizer step")
-    lora: bool = _f(False, "train a LoRA adapter and merge it (false: full fine-tuning)")
-    seed: int = _f(0, "random seed")
+    model: str = setting("", "base model directory or hub id")
+    output_dir: str | None = setting(None, "run directory (default runs/agent-sft); the model goes to <run>/model")
+    dataset: str = setting("multiplication", "'multiplication' / 'arithmetic' (embedded synthetic task) or a JSONL file")
+    train_rows: int = setting(1000, "demonstration episodes")
+    heldout_rows: int = setting(200, "size of the synthetic held-out split never trained on")
+    data_seed: int = setting(0, "seed of the synthetic task split")
+    direct_fraction: float = setting(0.25, "share of rows shown as direct answers without tools")
+    tools_in_prompt: bool = setting(True, "render the tool schemas into the prompt with the chat template")
+    epochs: float = setting(3.0, "passes over the demonstrations")
+    learning_rate: float = setting(5e-4, "learning rate")
+    batch_size: int = setting(16, "examples per optimizer step")
+    lora: bool = setting(False, "train a LoRA adapter and merge it (false: full fine-tuning)")
+    seed: int = setting(0, "random seed")
 
 
 def run(config: AgentSFTConfig) -> dict[str, Any]:

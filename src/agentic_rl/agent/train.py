@@ -35,51 +35,50 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentic_rl.config import setting
 from agentic_rl.errors import ConfigError, DataError, ModelLoadError
 from agentic_rl.utils import append_jsonl, log, run_dir, set_seed
 
 
-def _f(default: Any, help: str, **extra: Any) -> Any:
-    return field(default=default, metadata={"help": help, **extra})
 
 
 @dataclass
 class AgentGRPOConfig:
-    model: str = _f("", "model directory or hub id to train (an SFT output that already writes tool calls)")
-    output_dir: str | None = _f(None, "run directory (default runs/agent-grpo)")
-    dataset: str = _f("multiplication", "task rows: 'multiplication' or 'arithmetic' (embedded synthetic task), "
+    model: str = setting("", "model directory or hub id to train (an SFT output that already writes tool calls)")
+    output_dir: str | None = setting(None, "run directory (default runs/agent-grpo)")
+    dataset: str = setting("multiplication", "task rows: 'multiplication' or 'arithmetic' (embedded synthetic task), "
                                         "or a JSONL file of GSM8K-shaped rows (question, answer with '#### N')")
-    train_rows: int = _f(512, "number of training tasks")
-    heldout_rows: int = _f(200, "size of the held-out split that training rows never overlap (synthetic tasks)")
-    data_seed: int = _f(0, "seed of the synthetic task split")
-    environment: str = _f("calculator", "environment: a registered name or module:factory")
-    max_turns: int = _f(4, "assistant turns per episode (the last one is scored as the answer)")
-    max_tool_calls: int = _f(3, "tool calls per episode; more get an error observation")
-    tool_call_reward: float = _f(0.1, "step reward for each useful valid tool call")
-    tool_error_reward: float = _f(0.0, "step reward for a call that returns an error (<= 0)")
-    answer_reward: float = _f(1.0, "reward of a correct final answer")
-    tools_in_prompt: bool = _f(True, "render the tool schemas into the prompt with the chat template")
-    system_prompt: str | None = _f(None, "system prompt (default: the agent prompt that mentions the calculator)")
-    num_generations: int = _f(8, "episodes per task (the GRPO group size)")
-    generation_batch_size: int = _f(32, "episodes per generation batch (a multiple of num_generations)")
-    max_steps: int = _f(40, "optimizer steps")
-    learning_rate: float = _f(1e-5, "learning rate")
-    beta: float = _f(0.05, "KL coefficient against the starting policy")
-    epsilon: float = _f(0.2, "clipping range of the policy ratio")
-    loss_type: str = _f("dapo", "token-loss aggregation", choices=["grpo", "dapo", "dr_grpo", "bnpo"])
-    scale_rewards: str = _f("group", "divide advantages by the group std ('group'), batch std, or not ('none')",
+    train_rows: int = setting(512, "number of training tasks")
+    heldout_rows: int = setting(200, "size of the held-out split that training rows never overlap (synthetic tasks)")
+    data_seed: int = setting(0, "seed of the synthetic task split")
+    environment: str = setting("calculator", "environment: a registered name or module:factory")
+    max_turns: int = setting(4, "assistant turns per episode (the last one is scored as the answer)")
+    max_tool_calls: int = setting(3, "tool calls per episode; more get an error observation")
+    tool_call_reward: float = setting(0.1, "step reward for each useful valid tool call")
+    tool_error_reward: float = setting(0.0, "step reward for a call that returns an error (<= 0)")
+    answer_reward: float = setting(1.0, "reward of a correct final answer")
+    tools_in_prompt: bool = setting(True, "render the tool schemas into the prompt with the chat template")
+    system_prompt: str | None = setting(None, "system prompt (default: the agent prompt that mentions the calculator)")
+    num_generations: int = setting(8, "episodes per task (the GRPO group size)")
+    generation_batch_size: int = setting(32, "episodes per generation batch (a multiple of num_generations)")
+    max_steps: int = setting(40, "optimizer steps")
+    learning_rate: float = setting(1e-5, "learning rate")
+    beta: float = setting(0.05, "KL coefficient against the starting policy")
+    epsilon: float = setting(0.2, "clipping range of the policy ratio")
+    loss_type: str = setting("dapo", "token-loss aggregation", choices=["grpo", "dapo", "dr_grpo", "bnpo"])
+    scale_rewards: str = setting("group", "divide advantages by the group std ('group'), batch std, or not ('none')",
                             choices=["group", "batch", "none"])
-    temperature: float = _f(1.0, "sampling temperature of the episodes")
-    top_p: float = _f(1.0, "nucleus sampling")
-    max_turn_tokens: int = _f(48, "new tokens per assistant turn")
-    max_completion_length: int = _f(192, "tokens after the prompt: all turns plus tool responses")
-    lora: bool = _f(True, "train a LoRA adapter (false: full fine-tuning)")
-    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (saves memory on big models)")
-    lora_r: int = _f(16, "LoRA rank")
-    lora_alpha: int = _f(32, "LoRA alpha")
-    seed: int = _f(0, "random seed")
-    logging_steps: int = _f(1, "log every N steps")
-    report_to: str = _f("tensorboard", "tensorboard | wandb | none")
+    temperature: float = setting(1.0, "sampling temperature of the episodes")
+    top_p: float = setting(1.0, "nucleus sampling")
+    max_turn_tokens: int = setting(48, "new tokens per assistant turn")
+    max_completion_length: int = setting(192, "tokens after the prompt: all turns plus tool responses")
+    lora: bool = setting(True, "train a LoRA adapter (false: full fine-tuning)")
+    gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass (saves memory on big models)")
+    lora_r: int = setting(16, "LoRA rank")
+    lora_alpha: int = setting(32, "LoRA alpha")
+    seed: int = setting(0, "random seed")
+    logging_steps: int = setting(1, "log every N steps")
+    report_to: str = setting("tensorboard", "tensorboard | wandb | none")
 
     def __post_init__(self) -> None:
         if self.generation_batch_size % self.num_generations:

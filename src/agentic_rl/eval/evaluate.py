@@ -39,44 +39,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentic_rl.config import setting
 from agentic_rl.errors import ConfigError
 
 DEFAULT_REWARDS = ["accuracy:1.0", "format:0.2"]
 
 
-def _f(default: Any, help_text: str, **meta: Any) -> Any:
-    meta["help"] = help_text
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 @dataclass
 class EvalConfig:
     """Settings of ``agentic-rl eval``."""
 
-    models: list[str] = _f([], "model directories or hub ids to evaluate (several give a comparison table)",
+    models: list[str] = setting([], "model directories or hub ids to evaluate (several give a comparison table)",
                            positional=True)
-    dataset: str = _f("synthetic", "'synthetic', 'gsm8k' / a hub id, a local file or folder, or 'module:function'")
-    split: str = _f("test", "dataset split")
-    max_samples: int | None = _f(None, "evaluate this many problems drawn at random with --seed (default: all)")
-    seed: int = _f(0, "seed for the sample of problems and for sampling")
-    question_field: str | None = _f(None, "custom datasets: column holding the question")
-    answer_field: str | None = _f(None, "custom datasets: column holding the reference solution")
-    ground_truth_field: str | None = _f(None, "custom datasets: column holding the final answer")
-    batch_size: int | None = _f(None, "prompts per generate call (default: chosen from free device memory)")
-    max_new_tokens: int = _f(256, "generation budget per completion (longer ones count as truncated)")
-    num_samples: int = _f(1, "completions per prompt (n for pass@k; > 1 needs --temperature > 0)")
-    temperature: float = _f(0.0, "0 = greedy decoding; > 0 samples")
-    top_p: float = _f(1.0, "nucleus sampling threshold (sampling only)")
-    pass_at_k: list[int] = _f([], "k values for pass@k, e.g. 1,4,8 (default: 1 and powers of two up to "
+    dataset: str = setting("synthetic", "'synthetic', 'gsm8k' / a hub id, a local file or folder, or 'module:function'")
+    split: str = setting("test", "dataset split")
+    max_samples: int | None = setting(None, "evaluate this many problems drawn at random with --seed (default: all)")
+    seed: int = setting(0, "seed for the sample of problems and for sampling")
+    question_field: str | None = setting(None, "custom datasets: column holding the question")
+    answer_field: str | None = setting(None, "custom datasets: column holding the reference solution")
+    ground_truth_field: str | None = setting(None, "custom datasets: column holding the final answer")
+    batch_size: int | None = setting(None, "prompts per generate call (default: chosen from free device memory)")
+    max_new_tokens: int = setting(256, "generation budget per completion (longer ones count as truncated)")
+    num_samples: int = setting(1, "completions per prompt (n for pass@k; > 1 needs --temperature > 0)")
+    temperature: float = setting(0.0, "0 = greedy decoding; > 0 samples")
+    top_p: float = setting(1.0, "nucleus sampling threshold (sampling only)")
+    pass_at_k: list[int] = setting([], "k values for pass@k, e.g. 1,4,8 (default: 1 and powers of two up to "
                                   "--num-samples, and --num-samples itself)")
-    rewards: list[str] = _f(list(DEFAULT_REWARDS), "reward 'name:weight' for the average-reward metric (as in "
+    rewards: list[str] = setting(list(DEFAULT_REWARDS), "reward 'name:weight' for the average-reward metric (as in "
                                                    "grpo)", flag="reward")
-    enable_thinking: bool = _f(False, "let Qwen3-style chat templates open a <think> block")
-    dtype: str = _f("auto", "weights dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16")
-    num_examples: int = _f(3, "examples per error category in the report")
-    output_dir: str | None = _f(None, "run directory (default runs/eval)")
+    enable_thinking: bool = setting(False, "let Qwen3-style chat templates open a <think> block")
+    dtype: str = setting("auto", "weights dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16")
+    num_examples: int = setting(3, "examples per error category in the report")
+    output_dir: str | None = setting(None, "run directory (default runs/eval)")
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -353,7 +349,7 @@ def run(config: EvalConfig) -> dict[str, Any]:
     same metrics dicts, without predictions; the headline number is ``accuracy_strict``)."""
     from agentic_rl.config import format_config, save_config
     from agentic_rl.eval.report import write_comparison_report
-    from agentic_rl.utils import log, run_dir, set_seed
+    from agentic_rl.utils import free_memory, log, run_dir, set_seed
 
     if not config.models:
         raise ConfigError("give at least one model to evaluate: agentic-rl eval MODEL_DIR [MODEL_DIR ...]")
@@ -372,7 +368,7 @@ def run(config: EvalConfig) -> dict[str, Any]:
         results[name] = metrics
         log(f"{name}: accuracy {metrics['accuracy_strict']:.3f} (lenient {metrics['accuracy_lenient']:.3f}), "
             f"format {metrics['format_rate']:.3f}, truncated {metrics['truncation_rate']:.3f} -> {model_dir}")
-        _release_memory()
+        free_memory()
     if len(results) > 1:
         path = write_comparison_report(results, out)
         log(f"comparison: {path}")
@@ -388,15 +384,3 @@ def _unique_names(paths: list[str]) -> list[str]:
     return [f"{i}-{n}" for i, n in enumerate(names)]
 
 
-def _release_memory() -> None:
-    """Collect the finished model before the next loads (several models in one call must not pile up)."""
-    import gc
-
-    gc.collect()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except ImportError:  # pragma: no cover
-        pass

@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import config_to_dict, format_config, save_config
+from agentic_rl.config import config_to_dict, format_config, save_config, setting
 from agentic_rl.errors import ConfigError
 from agentic_rl.utils import append_jsonl, has_gpu, log, run_dir, set_seed, supports_bf16, warn, write_json
 
@@ -103,14 +103,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _f(default: Any, help: str, **extra: Any) -> Any:
-    """A config field with its help string (and optional ``flag`` / ``choices``)."""
-    kwargs: dict[str, Any] = {"metadata": {"help": help, **extra}}
-    if isinstance(default, (list, dict)):
-        kwargs["default_factory"] = (lambda d=default: type(d)(d))
-    else:
-        kwargs["default"] = default
-    return field(**kwargs)
 
 
 @dataclass
@@ -118,83 +110,83 @@ class GRPOConfig:
     """Every setting of the GRPO stage. ``None`` means "the preset's value"; the resolved value is printed."""
 
     # --- model and data -------------------------------------------------------------------------------------------
-    model: str = _f("", "model to start from: an SFT output (adapter or merged dir), a local model dir or a hub id")
-    preset: str = _f("default", "default values for unset fields: 'default' (real models, the seed's settings) or "
+    model: str = setting("", "model to start from: an SFT output (adapter or merged dir), a local model dir or a hub id")
+    preset: str = setting("default", "default values for unset fields: 'default' (real models, the seed's settings) or "
                      "'tiny' (the embedded model on CPU)", choices=list(PRESETS))
-    dataset: str = _f("synthetic", "prompts with ground truth: 'synthetic', a hub id, or a local file/folder")
-    split: str = _f("train", "dataset split used for training prompts")
-    max_train_samples: int | None = _f(None, "use at most this many training prompts (default: all)")
-    output_dir: str | None = _f(None, "run directory (default runs/grpo)")
-    seed: int = _f(0, "random seed (sampling, LoRA init, data order)")
-    resume: bool = _f(False, "continue from the last checkpoint-N in the run directory")
+    dataset: str = setting("synthetic", "prompts with ground truth: 'synthetic', a hub id, or a local file/folder")
+    split: str = setting("train", "dataset split used for training prompts")
+    max_train_samples: int | None = setting(None, "use at most this many training prompts (default: all)")
+    output_dir: str | None = setting(None, "run directory (default runs/grpo)")
+    seed: int = setting(0, "random seed (sampling, LoRA init, data order)")
+    resume: bool = setting(False, "continue from the last checkpoint-N in the run directory")
 
     # --- what is trained ------------------------------------------------------------------------------------------
-    full: bool = _f(False, "full fine-tuning instead of LoRA (the reference is then a second copy of the model)")
-    lora_r: int | None = _f(None, "LoRA rank")
-    lora_alpha: int | None = _f(None, "LoRA alpha (scale = alpha / r)")
-    lora_dropout: float = _f(0.0, "LoRA dropout")
-    lora_target_modules: list[str] = _f(["all-linear"], "modules that get LoRA adapters ('all-linear' or names)")
+    full: bool = setting(False, "full fine-tuning instead of LoRA (the reference is then a second copy of the model)")
+    lora_r: int | None = setting(None, "LoRA rank")
+    lora_alpha: int | None = setting(None, "LoRA alpha (scale = alpha / r)")
+    lora_dropout: float = setting(0.0, "LoRA dropout")
+    lora_target_modules: list[str] = setting(["all-linear"], "modules that get LoRA adapters ('all-linear' or names)")
 
     # --- optimisation ---------------------------------------------------------------------------------------------
-    learning_rate: float | None = _f(None, "AdamW learning rate (default: preset, LoRA and full differ)")
-    max_steps: int | None = _f(None, "optimizer steps")
-    batch_size: int | None = _f(None, "completions per device per micro-step (TRL per_device_train_batch_size)")
-    gradient_accumulation_steps: int | None = _f(None, "micro-steps per optimizer step")
-    lr_scheduler_type: str = _f("constant_with_warmup", "learning-rate schedule (transformers names)")
-    warmup_ratio: float = _f(0.0, "fraction of max_steps spent in linear learning-rate warm-up (0..1)")
-    weight_decay: float = _f(0.0, "AdamW weight decay")
-    max_grad_norm: float = _f(1.0, "gradient clipping norm")
-    gradient_checkpointing: bool | None = _f(None, "recompute activations to save memory (default: on with a GPU)")
-    bf16: bool | None = _f(None, "bfloat16 mixed precision (default: on where the GPU supports it)")
+    learning_rate: float | None = setting(None, "AdamW learning rate (default: preset, LoRA and full differ)")
+    max_steps: int | None = setting(None, "optimizer steps")
+    batch_size: int | None = setting(None, "completions per device per micro-step (TRL per_device_train_batch_size)")
+    gradient_accumulation_steps: int | None = setting(None, "micro-steps per optimizer step")
+    lr_scheduler_type: str = setting("constant_with_warmup", "learning-rate schedule (transformers names)")
+    warmup_ratio: float = setting(0.0, "fraction of max_steps spent in linear learning-rate warm-up (0..1)")
+    weight_decay: float = setting(0.0, "AdamW weight decay")
+    max_grad_norm: float = setting(1.0, "gradient clipping norm")
+    gradient_checkpointing: bool | None = setting(None, "recompute activations to save memory (default: on with a GPU)")
+    bf16: bool | None = setting(None, "bfloat16 mixed precision (default: on where the GPU supports it)")
 
     # --- GRPO -----------------------------------------------------------------------------------------------------
-    num_generations: int | None = _f(None, "group size G: completions sampled per prompt")
-    generation_batch_size: int | None = _f(None, "completions generated at once (default: batch_size x "
+    num_generations: int | None = setting(None, "group size G: completions sampled per prompt")
+    generation_batch_size: int | None = setting(None, "completions generated at once (default: batch_size x "
                                            "gradient_accumulation_steps x devices); must be a multiple of G")
-    steps_per_generation: int | None = _f(None, "optimizer micro-steps per generation batch (alternative to "
+    steps_per_generation: int | None = setting(None, "optimizer micro-steps per generation batch (alternative to "
                                           "generation_batch_size)")
-    beta: float = _f(0.05, "KL coefficient against the reference (starting) model; 0 disables the reference")
-    epsilon: float = _f(0.2, "clipping ε (lower bound, and upper bound unless epsilon_high is set)")
-    epsilon_high: float | None = _f(None, "upper clipping bound (DAPO's clip-higher suggests 0.28)")
-    num_iterations: int = _f(1, "μ: optimisation passes over each generation batch")
-    loss_type: str = _f("dapo", "token-loss aggregation", choices=LOSS_TYPES)
-    scale_rewards: str = _f("group", "divide advantages by the group std ('group'), batch std, or not ('none', "
+    beta: float = setting(0.05, "KL coefficient against the reference (starting) model; 0 disables the reference")
+    epsilon: float = setting(0.2, "clipping ε (lower bound, and upper bound unless epsilon_high is set)")
+    epsilon_high: float | None = setting(None, "upper clipping bound (DAPO's clip-higher suggests 0.28)")
+    num_iterations: int = setting(1, "μ: optimisation passes over each generation batch")
+    loss_type: str = setting("dapo", "token-loss aggregation", choices=LOSS_TYPES)
+    scale_rewards: str = setting("group", "divide advantages by the group std ('group'), batch std, or not ('none', "
                             "Dr. GRPO)", choices=SCALE_REWARDS)
-    mask_truncated_completions: bool = _f(False, "exclude completions cut at max_completion_length from the loss")
-    temperature: float | None = _f(None, "sampling temperature")
-    top_p: float = _f(1.0, "nucleus sampling p")
-    top_k: int = _f(0, "top-k sampling (0 = off)")
-    max_completion_length: int | None = _f(None, "maximum generated tokens per completion")
-    rewards: list[str] = _f(["accuracy:1.0", "format:0.2"], "reward 'name:weight' from the registry, or "
+    mask_truncated_completions: bool = setting(False, "exclude completions cut at max_completion_length from the loss")
+    temperature: float | None = setting(None, "sampling temperature")
+    top_p: float = setting(1.0, "nucleus sampling p")
+    top_k: int = setting(0, "top-k sampling (0 = off)")
+    max_completion_length: int | None = setting(None, "maximum generated tokens per completion")
+    rewards: list[str] = setting(["accuracy:1.0", "format:0.2"], "reward 'name:weight' from the registry, or "
                             "'module:function[:weight]'", flag="reward")
-    use_vllm: bool = _f(False, "generate with vLLM (GPU)")
-    vllm_mode: str = _f("colocate", "vLLM integration: 'colocate' (same GPU) or 'server' (trl vllm-serve)",
+    use_vllm: bool = setting(False, "generate with vLLM (GPU)")
+    vllm_mode: str = setting("colocate", "vLLM integration: 'colocate' (same GPU) or 'server' (trl vllm-serve)",
                         choices=["colocate", "server"])
-    vllm_gpu_memory_utilization: float = _f(0.3, "GPU memory fraction vLLM may use in colocate mode")
-    trl_args: dict[str, Any] = _f({}, "YAML mapping of any other TRL GRPOConfig field, passed through as is "
+    vllm_gpu_memory_utilization: float = setting(0.3, "GPU memory fraction vLLM may use in colocate mode")
+    trl_args: dict[str, Any] = setting({}, "YAML mapping of any other TRL GRPOConfig field, passed through as is "
                                   "(names are checked)")
 
     # --- monitoring -----------------------------------------------------------------------------------------------
-    report_to: list[str] = _f(["tensorboard"], "metric backends: tensorboard, wandb (or none)")
-    logging_steps: int = _f(1, "log metrics every N optimizer steps")
-    completions_every: int = _f(10, "write sample completions with their rewards every N steps (0 = never)")
-    completions_per_log: int = _f(8, "sample completions written each time")
-    kl_high: float = _f(0.5, "warn when KL exceeds this (drifting: raise beta or lower the learning rate)")
-    kl_low: float = _f(0.001, "warn when KL stays below this after warm-up (not learning)")
-    kl_warmup_steps: int = _f(10, "steps before the 'KL too low: not learning' rule applies")
-    collapse_fraction: float = _f(0.5, "warn when the mean reward falls below this fraction of its best")
+    report_to: list[str] = setting(["tensorboard"], "metric backends: tensorboard, wandb (or none)")
+    logging_steps: int = setting(1, "log metrics every N optimizer steps")
+    completions_every: int = setting(10, "write sample completions with their rewards every N steps (0 = never)")
+    completions_per_log: int = setting(8, "sample completions written each time")
+    kl_high: float = setting(0.5, "warn when KL exceeds this (drifting: raise beta or lower the learning rate)")
+    kl_low: float = setting(0.001, "warn when KL stays below this after warm-up (not learning)")
+    kl_warmup_steps: int = setting(10, "steps before the 'KL too low: not learning' rule applies")
+    collapse_fraction: float = setting(0.5, "warn when the mean reward falls below this fraction of its best")
 
     # --- held-out evaluation and checkpoints ---------------------------------------------------------------------
-    heldout_every: int | None = _f(None, "greedy held-out evaluation every N steps (0 = off)")
-    heldout_samples: int | None = _f(None, "held-out problems per evaluation")
-    heldout_dataset: str | None = _f(None, "held-out source (default: same as dataset)")
-    heldout_split: str = _f("train", "held-out split; when equal to split, held-out problems are carved out of it "
+    heldout_every: int | None = setting(None, "greedy held-out evaluation every N steps (0 = off)")
+    heldout_samples: int | None = setting(None, "held-out problems per evaluation")
+    heldout_dataset: str | None = setting(None, "held-out source (default: same as dataset)")
+    heldout_split: str = setting("train", "held-out split; when equal to split, held-out problems are carved out of it "
                             "(disjoint from training prompts and from the test split)")
-    best_metric: str = _f("accuracy", "held-out metric that picks best/: strict 'accuracy' or the weighted "
+    best_metric: str = setting("accuracy", "held-out metric that picks best/: strict 'accuracy' or the weighted "
                           "'avg_reward'", choices=["accuracy", "avg_reward"])
-    select_best: bool = _f(False, "build merged/ (the stage's output model) from best/ instead of the last step")
-    save_steps: int | None = _f(None, "checkpoint every N steps")
-    save_total_limit: int = _f(2, "checkpoints kept (the best held-out model is kept apart in best/)")
+    select_best: bool = setting(False, "build merged/ (the stage's output model) from best/ instead of the last step")
+    save_steps: int | None = setting(None, "checkpoint every N steps")
+    save_total_limit: int = setting(2, "checkpoints kept (the best held-out model is kept apart in best/)")
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
