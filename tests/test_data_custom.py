@@ -168,3 +168,18 @@ def test_parse_answer_text_formats():
     assert parse_answer_text("x = 1\nFinal Answer: $1,200") == (["x = 1"], "1200")
     assert parse_answer_text(" 42 ") == ([], "42")
     assert parse_answer_text("no answer here\nreally") == (["no answer here", "really"], None)
+
+
+def test_non_utf8_and_bom_files(tmp_path):
+    import pytest
+
+    from agentic_rl.data.gsm8k import read_file
+    from agentic_rl.errors import DataError
+
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("question,answer\nCaf\xe9 sells 3 cups,#### 3\n".encode("latin-1"))
+    with pytest.raises(DataError, match="latin.csv: not UTF-8"):
+        read_file(latin)
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes("\ufeffquestion,answer\nHow many?,#### 3\n".encode("utf-8"))
+    assert read_file(bom).rows[0]["question"] == "How many?"

@@ -253,3 +253,17 @@ def test_chat_template_kwargs_reach_the_template(qwen3_shape_dir):
         bad = http.post("/v1/chat/completions", json={"model": qwen3_shape_dir.name, "messages": messages,
                                                       "chat_template_kwargs": [1]})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "chat_template_kwargs"
+
+
+def test_chat_template_kwargs_cannot_replace_the_template():
+    import pytest
+
+    from agentic_rl.deploy.serve import APIError, ServerSettings, parse_chat_request
+
+    settings = ServerSettings(model_name="m", model_ids={"m"}, max_new_tokens=8, max_tokens_limit=64,
+                              max_batch_size=4, temperature=0.0, top_p=1.0, context_length=None)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    assert parse_chat_request({**body, "chat_template_kwargs": {"enable_thinking": True}}, settings)
+    for key in ("chat_template", "tokenize", "return_dict"):
+        with pytest.raises(APIError, match=key):
+            parse_chat_request({**body, "chat_template_kwargs": {key: "x"}}, settings)

@@ -272,8 +272,11 @@ def run_quickstart(config: QuickstartConfig) -> dict[str, Any]:
     if config.agentic:
         from agentic_rl.agent.quickstart import run_agentic_quickstart
 
+        if config.preset_file:
+            raise ConfigError("--preset-file holds a pipeline YAML; it does not apply to --agentic")
+        extra = {"eval_rows": config.eval_samples} if config.eval_samples is not None else {}
         return run_agentic_quickstart(name=config.name if config.name != "quickstart" else "quickstart-agentic",
-                                      seed=config.seed, fresh=config.fresh, smoke=config.smoke)
+                                      seed=config.seed, fresh=config.fresh, smoke=config.smoke, **extra)
     preset = Path(config.preset_file) if config.preset_file else preset_path("quickstart-smoke" if config.smoke else "quickstart")
     overrides: dict[str, Any] = {"name": config.name, "seed": config.seed, "fresh": config.fresh}
     if config.eval_samples is not None:

@@ -119,7 +119,7 @@ def _one_line(text: object, limit: int = 200) -> str:
 
 def _read_jsonl(path: Path) -> Records:
     rows, locs = [], []
-    with path.open(encoding="utf-8") as fh:
+    with path.open(encoding="utf-8-sig") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -136,7 +136,7 @@ def _read_jsonl(path: Path) -> Records:
 
 def _read_json(path: Path) -> Records:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as exc:
         if "\n" in path.read_text(encoding="utf-8").strip():
             try:  # a JSON-lines file with a .json suffix
@@ -160,7 +160,7 @@ def _read_json(path: Path) -> Records:
 
 
 def _read_csv(path: Path) -> Records:
-    with path.open(encoding="utf-8", newline="") as fh:
+    with path.open(encoding="utf-8-sig", newline="") as fh:
         reader = csv.DictReader(fh)
         rows, locs = [], []
         try:
@@ -193,7 +193,10 @@ def read_file(path: str | Path) -> Records:
     readers = {".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv, ".parquet": _read_parquet}
     if suffix not in readers:
         raise DataError(f"{path}: unsupported file type '{suffix}' (use {', '.join(FILE_SUFFIXES)})")
-    return readers[suffix](path)
+    try:
+        return readers[suffix](path)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); re-save the file as UTF-8") from None
 
 
 def split_files(folder: Path, split: str) -> list[Path]:

@@ -229,6 +229,11 @@ def parse_chat_request(body: Any, settings: "ServerSettings") -> ChatRequest:
     template_kwargs = body.get("chat_template_kwargs") or {}  # vLLM's extension, e.g. {"enable_thinking": true}
     if not isinstance(template_kwargs, dict):
         raise APIError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs")
+    # Only template variables: a client must not swap the template itself or change how it is tokenized.
+    forbidden = sorted(k for k in template_kwargs
+                       if k in ("chat_template", "tokenize", "tools", "documents") or k.startswith("return_"))
+    if forbidden:
+        raise APIError(400, f"'chat_template_kwargs' may not set {', '.join(forbidden)}", "chat_template_kwargs")
     return ChatRequest(clean, max_tokens, temperature, top_p, n, stop, stream, bool(options.get("include_usage")),
                        template_kwargs)
 

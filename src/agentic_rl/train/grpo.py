@@ -206,6 +206,12 @@ class GRPOConfig:
         self._validate()
 
     def _validate(self) -> None:
+        if not self.full and (self.lora_r < 1 or self.lora_alpha < 1):
+            raise ConfigError(f"lora_r ({self.lora_r}) and lora_alpha ({self.lora_alpha}) must be >= 1")
+        if self.save_steps < 1:
+            raise ConfigError(f"save_steps ({self.save_steps}) must be >= 1")
+        if self.heldout_every < 0 or self.heldout_samples < 0:
+            raise ConfigError("heldout_every and heldout_samples must be >= 0 (0 turns held-out evaluation off)")
         if self.use_vllm and importlib.util.find_spec("vllm") is None:
             raise ConfigError("use_vllm needs vLLM, which is not installed: pip install -e '.[vllm]' (GPU), "
                               "or drop --use-vllm to generate with transformers")
@@ -669,6 +675,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         for name in ("completions.jsonl", "heldout.jsonl"):
             (out / name).unlink(missing_ok=True)
         shutil.rmtree(out / "best", ignore_errors=True)
+        shutil.rmtree(out / "base", ignore_errors=True)  # an earlier run's merged start may come from another adapter
 
     # --- model, data, rewards --------------------------------------------------------------------------------------
     model, tokenizer, base_dir = load_policy(config, out)
