@@ -146,8 +146,10 @@ def prepare_model(config: SFTConfig):
         source = str(Path(source).resolve())
     adapter_input = Path(source).is_dir() and is_adapter_dir(source)
     # Full fine-tuning of an adapter directory starts from the merged model; LoRA continues the given adapter.
-    model, tokenizer = load_model_and_tokenizer(source, dtype=config.dtype,
-                                                trust_remote_code=config.trust_remote_code,
+    dtype = config.dtype
+    if adapter_input and config.full and dtype == "auto" and not supports_bf16():
+        dtype = "float32"  # the merged model is trained in full: never fp16 master weights
+    model, tokenizer = load_model_and_tokenizer(source, dtype=dtype, trust_remote_code=config.trust_remote_code,
                                                 for_training=not (adapter_input and config.full))
     model.train()
     if config.full:
@@ -156,6 +158,8 @@ def prepare_model(config: SFTConfig):
         return model, tokenizer
     if isinstance(model, PeftModel):
         log(f"continuing the LoRA adapter in {config.model}")
+        warn("lora_r / lora_alpha / lora_dropout / lora_target / lora_mlp come from that adapter's "
+             "adapter_config.json; the values in this config do not apply (use --full, or start from its base)")
         return model, tokenizer
     names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
     missing = [t for t in config.target_modules if t not in names]
