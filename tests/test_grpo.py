@@ -265,3 +265,23 @@ def test_use_vllm_without_vllm_is_a_clear_config_error():
         pytest.skip("vLLM is installed here")
     with pytest.raises(ConfigError, match=r"use_vllm needs vLLM.*pip install"):
         GRPOConfig(model="m", use_vllm=True)
+
+
+def test_custom_dataset_columns_reach_sft_and_grpo_data(tmp_path):
+    import json
+
+    from agentic_rl.train.grpo import GRPOConfig, load_data
+    from agentic_rl.train.sft import SFTConfig, build_sft_dataset
+
+    path = tmp_path / "mine.jsonl"
+    rows = [{"problem": f"Tom has {i} apples and buys 2 more. How many?", "worked": f"{i} + 2 = {i + 2}\n#### {i + 2}"}
+            for i in range(1, 13)]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    grpo = GRPOConfig(model="m", dataset=str(path), question_field="problem", answer_field="worked",
+                      heldout_every=0)
+    train, _ = load_data(grpo)
+    got = {row["question"]: row["ground_truth"] for row in train}
+    assert got["Tom has 5 apples and buys 2 more. How many?"] == "7" and len(got) == 12
+    sft = build_sft_dataset(SFTConfig(dataset=str(path), question_field="problem", answer_field="worked"))
+    first = {r["prompt"][-1]["content"]: r["completion"][0]["content"] for r in sft}
+    assert first["Tom has 3 apples and buys 2 more. How many?"] == "3 + 2 = 5\nFinal Answer: 5"

@@ -116,6 +116,9 @@ class GRPOConfig:
     dataset: str = setting("synthetic", "prompts with ground truth: 'synthetic', a hub id, or a local file/folder")
     split: str = setting("train", "dataset split used for training prompts")
     max_train_samples: int | None = setting(None, "use at most this many training prompts (default: all)")
+    question_field: str | None = setting(None, "custom datasets: column holding the question")
+    answer_field: str | None = setting(None, "custom datasets: column holding the reference solution")
+    ground_truth_field: str | None = setting(None, "custom datasets: column holding the final answer")
     output_dir: str | None = setting(None, "run directory (default runs/grpo)")
     seed: int = setting(0, "random seed (sampling, LoRA init, data order)")
     resume: bool = setting(False, "continue from the last checkpoint-N in the run directory")
@@ -338,7 +341,8 @@ def load_data(config: GRPOConfig):
 
     n_heldout = config.heldout_samples if config.heldout_every else 0
     carve = n_heldout > 0 and config.heldout_split == config.split and config.heldout_dataset in (None, config.dataset)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"question_field": config.question_field, "answer_field": config.answer_field,
+                             "ground_truth_field": config.ground_truth_field}
     if config.dataset.startswith("synthetic"):
         extra["synthetic_train_size"] = (config.max_train_samples or 2000) + (n_heldout if carve else 0)
         # Training questions never include any of the first SYNTHETIC_TEST_GUARD test questions (the synthetic test
@@ -354,7 +358,9 @@ def load_data(config: GRPOConfig):
         heldout, rows = rows[:n_heldout], rows[n_heldout:]
     elif n_heldout:
         source = config.heldout_dataset or config.dataset
-        held = load_task_dataset(source, split=config.heldout_split, seed=config.seed, max_samples=n_heldout)
+        columns = {k: v for k, v in extra.items() if k.endswith("_field")} if source == config.dataset else {}
+        held = load_task_dataset(source, split=config.heldout_split, seed=config.seed, max_samples=n_heldout,
+                                 **columns)
         heldout = to_rl_dataset(held).to_list()
     if config.max_train_samples:
         rows = rows[:config.max_train_samples]

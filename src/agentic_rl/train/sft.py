@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.config import format_config, save_config
+from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.utils import has_gpu, log, run_dir, set_seed, supports_bf16, warn, write_json
 
@@ -47,9 +48,14 @@ class SFTConfig:
     dataset: str = field(default="synthetic", metadata={
         "help": "task data: synthetic, gsm8k, a Hub id, a local file/folder, or a registered name"})
     split: str = field(default="train", metadata={"help": "dataset split to train on"})
+    question_field: str | None = field(default=None, metadata={"help": "custom datasets: column holding the question"})
+    answer_field: str | None = field(default=None, metadata={
+        "help": "custom datasets: column holding the reference solution (steps and a final '#### N' or number)"})
+    ground_truth_field: str | None = field(default=None, metadata={
+        "help": "custom datasets: column holding the final answer"})
     max_samples: int | None = field(default=None, metadata={"help": "use at most N training rows (random, seed)"})
     synthetic_train_size: int = field(default=5000, metadata={"help": "rows in the synthetic train split"})
-    synthetic_test_size: int = field(default=500, metadata={
+    synthetic_test_size: int = field(default=SYNTHETIC_TEST_SIZE, metadata={
         "help": "rows in the synthetic test split (kept out of training; match the evaluation's)"})
     synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic task (same for all stages)"})
     output_dir: str | None = field(default=None, metadata={"help": "run directory (default runs/sft)"})
@@ -124,6 +130,8 @@ def build_sft_dataset(config: SFTConfig):
     from agentic_rl.data import load_task_dataset, to_sft_dataset
 
     rows = load_task_dataset(config.dataset, config.split, max_samples=config.max_samples, seed=config.seed,
+                             question_field=config.question_field, answer_field=config.answer_field,
+                             ground_truth_field=config.ground_truth_field,
                              synthetic_seed=config.synthetic_seed, synthetic_train_size=config.synthetic_train_size,
                              synthetic_test_size=config.synthetic_test_size)
     ds = to_sft_dataset(rows, answer_only_fraction=config.answer_only_fraction, seed=config.seed)
