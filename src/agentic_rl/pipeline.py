@@ -186,35 +186,22 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     if config.evaluate_stages and ("sft" in config.stages or "grpo" in config.stages):
         _evaluate("base", model_dir, config, root, summary)
 
-    # --- 2. SFT --------------------------------------------------------------------------------------------------
-    if "sft" in config.stages:
-        from agentic_rl.train.sft import SFTConfig
-        from agentic_rl.train.sft import run as run_sft
+    # --- 2. SFT, then 3. GRPO: each trains on the previous stage's model and is evaluated on the same problems ------
+    from agentic_rl.train import grpo, sft
 
-        out = root / "sft"
-        cfg = _stage_config(SFTConfig, config.sft, {"model": model_dir, "dataset": config.dataset,
-                                                    "output_dir": str(out), "seed": config.seed},
-                            where=f"{config.name}: sft")
-        result = _run_stage("sft", out, lambda: _jsonable(run_sft(cfg)), summary)
+    for name, module, cls, section in (("sft", sft, sft.SFTConfig, config.sft),
+                                       ("grpo", grpo, grpo.GRPOConfig, config.grpo)):
+        if name not in config.stages:
+            continue
+        out = root / name
+        cfg = _stage_config(cls, section, {"model": model_dir, "dataset": config.dataset,
+                                           "output_dir": str(out), "seed": config.seed},
+                            where=f"{config.name}: {name}")
+        result = _run_stage(name, out, lambda: _jsonable(module.run(cfg)), summary)
         model_dir = result["model_dir"]
-        stage_models["sft"] = model_dir
+        stage_models[name] = model_dir
         if config.evaluate_stages:
-            _evaluate("sft", model_dir, config, root, summary)
-
-    # --- 3. GRPO -------------------------------------------------------------------------------------------------
-    if "grpo" in config.stages:
-        from agentic_rl.train.grpo import GRPOConfig
-        from agentic_rl.train.grpo import run as run_grpo
-
-        out = root / "grpo"
-        cfg = _stage_config(GRPOConfig, config.grpo, {"model": model_dir, "dataset": config.dataset,
-                                                      "output_dir": str(out), "seed": config.seed},
-                            where=f"{config.name}: grpo")
-        result = _run_stage("grpo", out, lambda: _jsonable(run_grpo(cfg)), summary)
-        model_dir = result["model_dir"]
-        stage_models["grpo"] = model_dir
-        if config.evaluate_stages:
-            _evaluate("grpo", model_dir, config, root, summary)
+            _evaluate(name, model_dir, config, root, summary)
 
     # --- 4. export -----------------------------------------------------------------------------------------------
     if "export" in config.stages:
