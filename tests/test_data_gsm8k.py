@@ -167,3 +167,32 @@ def test_answer_only_fraction_drops_steps_from_a_seeded_share():
     assert all("\n" in r["completion"][0]["content"] for r in to_sft_dataset(rows))
     with pytest.raises(DataError):
         to_sft_dataset(rows, answer_only_fraction=1.5)
+
+
+def test_answer_first_fraction_moves_the_final_line_before_the_steps_in_a_disjoint_share():
+    rows = [{"question": f"What is {i} + 1 - 1?", "steps": [f"{i} + 1 = {i + 1}", f"{i + 1} - 1 = {i}"],
+             "ground_truth": str(i)} for i in range(200)]
+    sft = to_sft_dataset(rows, answer_only_fraction=0.2, answer_first_fraction=0.5, seed=3)
+    completions = [r["completion"][0]["content"] for r in sft]
+    kinds = {"first": 0, "only": 0, "last": 0}
+    for i, c in enumerate(completions):
+        steps = f"{i} + 1 = {i + 1}\n{i + 1} - 1 = {i}"
+        if c == f"Final Answer: {i}\n{steps}":
+            kinds["first"] += 1
+        elif c == f"Final Answer: {i}":
+            kinds["only"] += 1
+        else:
+            assert c == f"{steps}\nFinal Answer: {i}"
+            kinds["last"] += 1
+    assert kinds == {"first": 100, "only": 40, "last": 60}
+    with pytest.raises(DataError, match="at most 1"):
+        to_sft_dataset(rows, answer_only_fraction=0.6, answer_first_fraction=0.5)
+
+
+def test_system_prompt_setting_resolves_to_standard_none_or_custom():
+    from agentic_rl.data.formats import resolve_system_prompt
+
+    assert resolve_system_prompt(None) == SYSTEM_PROMPT
+    assert resolve_system_prompt("") is None
+    assert resolve_system_prompt("Be brief.") == "Be brief."
+    assert [m["role"] for m in build_prompt("Q?", resolve_system_prompt(""))] == ["user"]

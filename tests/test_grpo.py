@@ -285,3 +285,18 @@ def test_custom_dataset_columns_reach_sft_and_grpo_data(tmp_path):
     sft = build_sft_dataset(SFTConfig(dataset=str(path), question_field="problem", answer_field="worked"))
     first = {r["prompt"][-1]["content"]: r["completion"][0]["content"] for r in sft}
     assert first["Tom has 3 apples and buys 2 more. How many?"] == "3 + 2 = 5\nFinal Answer: 5"
+
+
+def test_system_prompt_setting_shapes_sft_grpo_and_held_out_prompts_alike():
+    from agentic_rl.data import SYSTEM_PROMPT
+    from agentic_rl.train.grpo import load_data
+    from agentic_rl.train.sft import SFTConfig, build_sft_dataset
+
+    for setting, roles, system in ((None, ["system", "user"], SYSTEM_PROMPT), ("", ["user"], None),
+                                   ("Answer briefly.", ["system", "user"], "Answer briefly.")):
+        train, heldout = load_data(GRPOConfig(model="m", system_prompt=setting, max_train_samples=8,
+                                              heldout_every=5, heldout_samples=4))
+        sft = build_sft_dataset(SFTConfig(system_prompt=setting, synthetic_train_size=8))
+        for prompt in [r["prompt"] for r in train] + [r["prompt"] for r in heldout] + [r["prompt"] for r in sft]:
+            assert [m["role"] for m in prompt] == roles
+            assert (prompt[0]["content"] if system else None) == system

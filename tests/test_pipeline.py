@@ -41,6 +41,19 @@ def test_smoke_ladder_writes_everything_into_one_run_directory(smoke_run):
     assert "| base |" in report and "| sft |" in report and "| grpo |" in report
 
 
+def test_the_pipeline_system_prompt_reaches_sft_grpo_and_every_evaluation(smoke_run):
+    import yaml
+
+    out, _ = smoke_run
+    pipeline = yaml.safe_load((out / "config.yaml").read_text())
+    assert pipeline["system_prompt"] == ""  # the embedded presets train and evaluate without a system message
+    for path in ("sft/config.yaml", "grpo/config.yaml", "eval/base/config.yaml", "eval/grpo/config.yaml"):
+        assert yaml.safe_load((out / path).read_text())["system_prompt"] == "", path
+    for stage in ("base", "sft", "grpo"):
+        rows = [json.loads(line) for line in (out / "eval" / stage / "predictions.jsonl").open()]
+        assert rows and all([m["role"] for m in r["prompt"]] == ["user"] for r in rows)
+
+
 def test_exported_model_loads_with_plain_transformers_and_answers(smoke_run):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

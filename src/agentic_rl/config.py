@@ -295,4 +295,4 @@ def config_from_args(cls: type[T], args: argparse.Namespace, yaml_path: str | Pa
 
 # Top-level keys of a pipeline YAML that a single stage run with that file inherits (`agentic-rl sft --config
 # pipeline.yaml` reads the `sft:` section plus these).
-PIPELINE_SHARED_KEYS = ("model", "dataset", "seed")
+PIPELINE_SHARED_KEYS = ("model", "dataset", "seed", "system_prompt")

@@ -47,6 +47,9 @@ class PipelineConfig:
         "help": "task data: 'synthetic', a hub id (openai/gsm8k) or a local file/folder"})
     seed: int = field(default=0, metadata={"help": "random seed for data sampling, initialisation and training"})
     eval_samples: int = field(default=500, metadata={"help": "held-out problems every stage is evaluated on"})
+    system_prompt: str | None = field(default=None, metadata={
+        "help": "system message of every prompt in SFT, GRPO and evaluation: unset = the standard instruction, "
+                "'' = none (the embedded preset: shorter prompts for the tiny model), or your own text"})
     stages: list[str] = field(default_factory=lambda: list(STAGES), metadata={
         "help": f"stages to run, in ladder order (any of {', '.join(STAGES)})"})
     evaluate_stages: bool = field(default=True, metadata={"help": "evaluate base, SFT and GRPO models on held-out data"})
@@ -120,7 +123,7 @@ def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, su
     from agentic_rl.eval.evaluate import run as run_eval
 
     out = root / "eval" / label
-    defaults = {"models": [model_dir], "dataset": config.dataset, "split": "test",
+    defaults = {"models": [model_dir], "dataset": config.dataset, "split": "test", "system_prompt": config.system_prompt,
                 "max_samples": config.eval_samples, "seed": config.seed, "output_dir": str(out)}
     eval_config = _stage_config(EvalConfig, config.eval, defaults, where=f"{config.name}: eval")
 
@@ -194,8 +197,8 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
         if name not in config.stages:
             continue
         out = root / name
-        cfg = _stage_config(cls, section, {"model": model_dir, "dataset": config.dataset,
-                                           "output_dir": str(out), "seed": config.seed},
+        cfg = _stage_config(cls, section, {"model": model_dir, "dataset": config.dataset, "seed": config.seed,
+                                           "system_prompt": config.system_prompt, "output_dir": str(out)},
                             where=f"{config.name}: {name}")
         result = _run_stage(name, out, lambda: _jsonable(module.run(cfg)), summary)
         model_dir = result["model_dir"]

@@ -32,6 +32,18 @@ FINAL_ANSWER_PREFIX = "Final Answer:"
 CALC_ANNOTATION = re.compile(r"<<[^<>]*>>")
 
 
+def resolve_system_prompt(setting: str | None) -> str | None:
+    """A stage's ``system_prompt`` setting -> the system message: unset (None) is the standard instruction
+    :data:`SYSTEM_PROMPT`, an empty string means no system message, anything else is used as given.
+
+    SFT, GRPO and evaluation of one model must use the same value (the pipeline passes one value to all three):
+    the tiny embedded model runs without one, which makes its prompts ~40 % shorter (and SFT that much faster).
+    """
+    if setting is None:
+        return SYSTEM_PROMPT
+    return setting or None
+
+
 def build_prompt(question: str, system_prompt: str | None = SYSTEM_PROMPT) -> list[dict[str, str]]:
     """The conversational prompt every stage uses: an optional system message, then the question."""
     messages = []
@@ -41,11 +53,15 @@ def build_prompt(question: str, system_prompt: str | None = SYSTEM_PROMPT) -> li
     return messages
 
 
-def format_solution(steps: list[str], final_answer: str) -> str:
-    """Steps one per line, then the final-answer line (the completion text the model learns to write)."""
+def format_solution(steps: list[str], final_answer: str, *, answer_first: bool = False) -> str:
+    """Steps one per line, then the final-answer line (the completion text the model learns to write).
+
+    ``answer_first`` puts the final-answer line *before* the steps: the "answer, then justify" style of an
+    imperfect demonstration, where the answer is committed to before any reasoning is written.
+    """
     lines = [s.strip() for s in steps if s.strip()]
-    lines.append(f"{FINAL_ANSWER_PREFIX} {final_answer}")
-    return "\n".join(lines)
+    final = f"{FINAL_ANSWER_PREFIX} {final_answer}"
+    return "\n".join([final, *lines] if answer_first else [*lines, final])
 
 
 def completion_message(solution: str) -> list[dict[str, str]]:
@@ -58,8 +74,8 @@ def completion_message(solution: str) -> list[dict[str, str]]:
 
 
 def sft_row(question: str, steps: list[str], final_answer: str, *, system_prompt: str | None = SYSTEM_PROMPT,
-            with_text: bool = False) -> dict[str, Any]:
-    solution = format_solution(steps, final_answer)
+            with_text: bool = False, answer_first: bool = False) -> dict[str, Any]:
+    solution = format_solution(steps, final_answer, answer_first=answer_first)
     row: dict[str, Any] = {"prompt": build_prompt(question, system_prompt), "completion": completion_message(solution)}
     if with_text:
         row["text"] = solution

@@ -326,23 +326,32 @@ def _iter_rows(ds) -> Iterable[dict[str, Any]]:
 
 
 def to_sft_dataset(ds, system_prompt: str | None = SYSTEM_PROMPT, *, with_text: bool = False,
-                   answer_only_fraction: float = 0.0, seed: int = 0):
+                   answer_only_fraction: float = 0.0, answer_first_fraction: float = 0.0, seed: int = 0):
     """Conversational prompt-completion rows for TRL's SFTTrainer: exactly ``prompt``, ``completion`` (and ``text``).
 
     ``ds`` holds task rows (``question``, ``steps``, ``ground_truth``; from :func:`load_gsm8k`,
-    :func:`agentic_rl.data.load_task_dataset` or a list of such dicts). ``answer_only_fraction`` of the
-    demonstrations, chosen at random with ``seed``, keep only ``Final Answer: N`` without their worked steps: the
-    "imperfect demonstrations" scenario, where imitation cannot exceed its data but RL with a verifiable reward can.
+    :func:`agentic_rl.data.load_task_dataset` or a list of such dicts). Two kinds of imperfect demonstrations, each
+    a share of the rows chosen at random with ``seed`` (disjoint): ``answer_only_fraction`` keep only
+    ``Final Answer: N`` without their worked steps; ``answer_first_fraction`` state ``Final Answer: N`` first and
+    the steps after it (answer, then justify). Imitation cannot exceed such data; RL with a verifiable reward can.
     """
     import datasets
 
-    if not 0.0 <= answer_only_fraction <= 1.0:
-        raise DataError(f"answer_only_fraction must be between 0 and 1, got {answer_only_fraction}")
+    for name, share in (("answer_only_fraction", answer_only_fraction),
+                        ("answer_first_fraction", answer_first_fraction)):
+        if not 0.0 <= share <= 1.0:
+            raise DataError(f"{name} must be between 0 and 1, got {share}")
+    if answer_only_fraction + answer_first_fraction > 1.0:
+        raise DataError(f"answer_only_fraction + answer_first_fraction must be at most 1, got "
+                        f"{answer_only_fraction} + {answer_first_fraction}")
     rows = list(_iter_rows(ds))
     n_short = int(round(answer_only_fraction * len(rows)))
-    short = set(random.Random(seed).sample(range(len(rows)), n_short)) if n_short else set()
+    n_first = int(round(answer_first_fraction * len(rows)))
+    chosen = random.Random(seed).sample(range(len(rows)), n_short + n_first) if n_short + n_first else []
+    short, first = set(chosen[:n_short]), set(chosen[n_short:])
     out = [sft_row(r["question"], [] if i in short else list(r["steps"]), r["ground_truth"],
-                   system_prompt=system_prompt, with_text=with_text) for i, r in enumerate(rows)]
+                   system_prompt=system_prompt, with_text=with_text, answer_first=i in first)
+           for i, r in enumerate(rows)]
     if not out:
         return datasets.Dataset.from_dict({"prompt": [], "completion": [], **({"text": []} if with_text else {})})
     return datasets.Dataset.from_list(out)

@@ -69,6 +69,8 @@ class EvalConfig:
                                   "--num-samples, and --num-samples itself)")
     rewards: list[str] = setting(list(DEFAULT_REWARDS), "reward 'name:weight' for the average-reward metric (as in "
                                                    "grpo)", flag="reward")
+    system_prompt: str | None = setting(None, "system message of every prompt: unset = the standard instruction, "
+                                        "'' = none, or your own text (use the value the model was trained with)")
     enable_thinking: bool = setting(False, "let Qwen3-style chat templates open a <think> block")
     dtype: str = setting("auto", "weights dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16")
     num_examples: int = setting(3, "examples per error category in the report")
@@ -266,9 +268,11 @@ def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | Non
     if not rows:
         raise ConfigError(f"no evaluation rows in dataset {config.dataset!r} split {config.split!r}")
 
-    from agentic_rl.data.formats import build_prompt
+    from agentic_rl.data.formats import build_prompt, resolve_system_prompt
 
-    prompts = [r["prompt"] if isinstance(r.get("prompt"), list) else build_prompt(r["question"]) for r in rows]
+    system_prompt = resolve_system_prompt(config.system_prompt)
+    prompts = [r["prompt"] if isinstance(r.get("prompt"), list) else build_prompt(r["question"], system_prompt)
+               for r in rows]
     start = time.perf_counter()
     generations = generate_batched(model, tokenizer, prompts, max_new_tokens=config.max_new_tokens,
                                    batch_size=config.batch_size, temperature=config.temperature,

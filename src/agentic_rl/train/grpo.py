@@ -119,6 +119,8 @@ class GRPOConfig:
     question_field: str | None = setting(None, "custom datasets: column holding the question")
     answer_field: str | None = setting(None, "custom datasets: column holding the reference solution")
     ground_truth_field: str | None = setting(None, "custom datasets: column holding the final answer")
+    system_prompt: str | None = setting(None, "system message of every prompt: unset = the standard instruction, "
+                                        "'' = none, or your own text (use the value the SFT stage used)")
     output_dir: str | None = setting(None, "run directory (default runs/grpo)")
     seed: int = setting(0, "random seed (sampling, LoRA init, data order)")
     resume: bool = setting(False, "continue from the last checkpoint-N in the run directory")
@@ -338,7 +340,9 @@ def load_data(config: GRPOConfig):
     import random
 
     from agentic_rl.data import load_task_dataset, to_rl_dataset
+    from agentic_rl.data.formats import resolve_system_prompt
 
+    system_prompt = resolve_system_prompt(config.system_prompt)
     n_heldout = config.heldout_samples if config.heldout_every else 0
     carve = n_heldout > 0 and config.heldout_split == config.split and config.heldout_dataset in (None, config.dataset)
     extra: dict[str, Any] = {"question_field": config.question_field, "answer_field": config.answer_field,
@@ -348,7 +352,8 @@ def load_data(config: GRPOConfig):
         # Training questions never include any of the first SYNTHETIC_TEST_GUARD test questions (the synthetic test
         # split of any size up to that is a prefix of the same stream), whatever test size evaluation uses.
         extra["synthetic_test_size"] = SYNTHETIC_TEST_GUARD
-    rows = to_rl_dataset(load_task_dataset(config.dataset, split=config.split, seed=config.seed, **extra)).to_list()
+    rows = to_rl_dataset(load_task_dataset(config.dataset, split=config.split, seed=config.seed, **extra),
+                         system_prompt).to_list()
     random.Random(config.seed).shuffle(rows)
     heldout = None
     if carve:
@@ -361,7 +366,7 @@ def load_data(config: GRPOConfig):
         columns = {k: v for k, v in extra.items() if k.endswith("_field")} if source == config.dataset else {}
         held = load_task_dataset(source, split=config.heldout_split, seed=config.seed, max_samples=n_heldout,
                                  **columns)
-        heldout = to_rl_dataset(held).to_list()
+        heldout = to_rl_dataset(held, system_prompt).to_list()
     if config.max_train_samples:
         rows = rows[:config.max_train_samples]
     import datasets

@@ -5,7 +5,8 @@ Algorithm:
 1. Data: task rows (``data.load_task_dataset``: the synthetic task, GSM8K, or a custom dataset) become
    conversational prompt-completion rows (``data.to_sft_dataset``): the prompt is the shared system + user messages
    (``data.formats.build_prompt``), the completion one assistant message ``step\\nstep\\nFinal Answer: N``.
-   ``answer_only_fraction`` of the demonstrations keep only the final-answer line (imperfect demonstrations).
+   Imperfect demonstrations on request: ``answer_only_fraction`` of them keep only the final-answer line,
+   ``answer_first_fraction`` state the final answer before the steps.
 2. Tokenization (TRL): the prompt with the chat template's generation prompt, then prompt + completion; the loss
    covers the completion tokens only, including the template's end-of-turn token ``<|im_end|>`` (the EOS), so the
    model learns to stop.
@@ -81,6 +82,10 @@ class SFTConfig:
     max_length: int = field(default=512, metadata={"help": "truncate prompt + completion to N tokens"})
     answer_only_fraction: float = field(default=0.0, metadata={
         "help": "share of demonstrations showing only the final answer, no steps (imperfect demonstrations)"})
+    answer_first_fraction: float = field(default=0.0, metadata={
+        "help": "share of demonstrations stating the final answer first, then the steps (imperfect demonstrations)"})
+    system_prompt: str | None = field(default=None, metadata={"help": "system message of every prompt: unset = the "
+                                      "standard instruction, '' = none, or your own text (same for SFT, GRPO, eval)"})
     enable_thinking: bool = field(default=False, metadata={"help": "Qwen3 thinking blocks in the chat template"})
     dtype: str = field(default="auto", metadata={"help": "weights dtype: auto (bf16 on GPU, fp32 on CPU), "
                                                          "float32, bfloat16, float16"})
@@ -96,8 +101,11 @@ class SFTConfig:
     trust_remote_code: bool = field(default=False, metadata={"help": "allow custom model code from the Hub"})
 
     def __post_init__(self):
-        if not 0.0 <= self.answer_only_fraction <= 1.0:
-            raise ConfigError(f"answer_only_fraction ({self.answer_only_fraction}) must be between 0 and 1")
+        for name in ("answer_only_fraction", "answer_first_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name} ({getattr(self, name)}) must be between 0 and 1")
+        if self.answer_only_fraction + self.answer_first_fraction > 1.0:
+            raise ConfigError("answer_only_fraction + answer_first_fraction must be at most 1")
         if self.max_steps == 0 or self.max_steps < -1:
             raise ConfigError(f"max_steps ({self.max_steps}) must be positive, or -1 to train for `epochs`")
         if self.max_steps == -1 and self.epochs <= 0:
@@ -128,13 +136,15 @@ class SFTConfig:
 def build_sft_dataset(config: SFTConfig):
     """Prompt-completion rows (plus ``chat_template_kwargs``) for TRL, from the configured task data."""
     from agentic_rl.data import load_task_dataset, to_sft_dataset
+    from agentic_rl.data.formats import resolve_system_prompt
 
     rows = load_task_dataset(config.dataset, config.split, max_samples=config.max_samples, seed=config.seed,
                              question_field=config.question_field, answer_field=config.answer_field,
                              ground_truth_field=config.ground_truth_field,
                              synthetic_seed=config.synthetic_seed, synthetic_train_size=config.synthetic_train_size,
                              synthetic_test_size=config.synthetic_test_size)
-    ds = to_sft_dataset(rows, answer_only_fraction=config.answer_only_fraction, seed=config.seed)
+    ds = to_sft_dataset(rows, resolve_system_prompt(config.system_prompt), answer_only_fraction=config.answer_only_fraction,
+                        answer_first_fraction=config.answer_first_fraction, seed=config.seed)
     kwargs = {"enable_thinking": config.enable_thinking}
     return ds.map(lambda _: {"chat_template_kwargs": kwargs})
 
