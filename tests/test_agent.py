@@ -297,3 +297,22 @@ def test_demonstrations_call_the_tool_once_per_step_and_splits_stay_disjoint():
     test = load_task_rows("multiplication", "test", 30, heldout_rows=30)
     assert len(train) == 50 and len(test) == 30
     assert not {r["question"] for r in train} & {r["question"] for r in test}
+
+
+def test_short_final_turn_copies_the_last_tool_result(tokenizer):
+    from agentic_rl.errors import DataError
+
+    row = agent_rows([{"question": "q", "answer": "39 * 83 = <<39*83=3237>>3237\n3237 - 21 = <<3237-21=3216>>3216\n"
+                                                  "#### 3216"}])[0]
+    messages = demonstration(row, final_turn="answer")
+    assert [m["content"] for m in messages] == [
+        render_tool_call("calculator", {"expression": "39*83"}), "3237",
+        render_tool_call("calculator", {"expression": "3237-21"}), "3216", "Final Answer: 3216"]
+    # without tools the answer turn still shows the steps (there is no tool result to copy)
+    direct = demonstration(agent_rows([row], tools=False)[0], tools=False, final_turn="answer")
+    assert [m["content"] for m in direct] == ["39 * 83 = 3237\n3237 - 21 = 3216\nFinal Answer: 3216"]
+    example = demonstration_examples(tokenizer, [row], final_turn="answer")[0]
+    trained = tokenizer.decode([t for t, lab in zip(example["input_ids"], example["labels"]) if lab != -100])
+    assert trained.endswith("</tool_call><|im_end|>Final Answer: 3216<|im_end|>") and "39 * 83 =" not in trained
+    with pytest.raises(DataError, match="final_turn"):
+        demonstration(row, final_turn="short")

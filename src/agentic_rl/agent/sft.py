@@ -34,6 +34,9 @@ class AgentSFTConfig:
     data_seed: int = setting(0, "seed of the synthetic task split")
     direct_fraction: float = setting(0.25, "share of rows shown as direct answers without tools")
     tools_in_prompt: bool = setting(True, "render the tool schemas into the prompt with the chat template")
+    final_turn: str = setting("steps", "answer turn after tool calls: 'steps' (solution steps, then 'Final Answer: N') "
+                                       "or 'answer' (only 'Final Answer: N', copying the last tool result)",
+                              choices=["steps", "answer"])
     epochs: float = setting(3.0, "passes over the demonstrations")
     learning_rate: float = setting(5e-4, "learning rate")
     batch_size: int = setting(16, "examples per optimizer step")
@@ -64,7 +67,8 @@ def run(config: AgentSFTConfig) -> dict[str, Any]:
     schemas = [Tool(calculator).schema] if config.tools_in_prompt else None
     with_tools = [r for i, r in enumerate(rows) if i not in direct]
     without = [r for i, r in enumerate(rows) if i in direct]
-    examples = demonstration_examples(tokenizer, agent_rows(with_tools, tools=True), tools=True, tool_schemas=schemas)
+    examples = demonstration_examples(tokenizer, agent_rows(with_tools, tools=True), tools=True, tool_schemas=schemas,
+                                      final_turn=config.final_turn)
     examples += demonstration_examples(tokenizer, agent_rows(without, tools=False), tools=False)
     rng.shuffle(examples)
     longest = max(len(e["input_ids"]) for e in examples)

@@ -11,6 +11,9 @@ A *demonstration* of a row replays its annotations as tool calls, one per turn, 
     tool:      3216
     assistant: 39 * 83 = 3237 / 3237 - 21 = 3216 / Final Answer: 3216     (one step per line)
 
+or, with ``final_turn="answer"`` (the embedded quickstart: less for a tiny model to copy), only
+``Final Answer: 3216`` as the last turn.
+
 :func:`demonstration_examples` tokenizes episodes with :func:`agentic_rl.agent.rollout.encode_episode` and sets the
 labels of the prompt and of every tool-response token to -100: SFT learns the calls and the answer, never the
 tool's output.
@@ -59,28 +62,40 @@ def solution_steps(answer: str) -> list[str]:
     return [CALC_ANNOTATION.sub("", ln).strip() for ln in lines]
 
 
-def demonstration(row: dict[str, Any], *, tools: bool = True, tool_name: str = "calculator") -> list[dict[str, str]]:
-    """The assistant/tool messages of a demonstration episode for ``row`` (see the module docstring)."""
+FINAL_TURNS = ("steps", "answer")
+
+
+def demonstration(row: dict[str, Any], *, tools: bool = True, tool_name: str = "calculator",
+                  final_turn: str = "steps") -> list[dict[str, str]]:
+    """The assistant/tool messages of a demonstration episode for ``row`` (see the module docstring).
+
+    ``final_turn`` is the answer turn after tool calls: ``"steps"`` writes the solution steps then the final-answer
+    line; ``"answer"`` only the ``Final Answer: N`` line (N is the last tool result). A demonstration without tool
+    calls always writes the steps.
+    """
+    if final_turn not in FINAL_TURNS:
+        raise DataError(f"final_turn must be one of {FINAL_TURNS}, got {final_turn!r}")
     messages: list[dict[str, str]] = []
     if tools:
         for expression, value in _ANNOTATION.findall(row["answer"]):
             messages.append({"role": "assistant",
                              "content": render_tool_call(tool_name, {"expression": expression.strip()})})
             messages.append(tool_message(tool_name, value.strip()))
-    messages.append({"role": "assistant", "content": format_solution(solution_steps(row["answer"]),
-                                                                     row["ground_truth"])})
+    steps = [] if messages and final_turn == "answer" else solution_steps(row["answer"])
+    messages.append({"role": "assistant", "content": format_solution(steps, row["ground_truth"])})
     return messages
 
 
 def demonstration_examples(tokenizer, rows: list[dict[str, Any]], *, tools: bool = True,
-                           tool_schemas: list[dict] | None = None, chat_template_kwargs: dict | None = None
-                           ) -> list[dict[str, list[int]]]:
+                           tool_schemas: list[dict] | None = None, chat_template_kwargs: dict | None = None,
+                           final_turn: str = "steps") -> list[dict[str, list[int]]]:
     """Tokenized SFT examples ``{"input_ids", "labels"}``; labels are -100 on the prompt and on tool tokens."""
     fmt = ChatFormat(tokenizer, chat_template_kwargs if chat_template_kwargs is not None
                      else {"enable_thinking": False})
     examples = []
     for row in rows:
-        prompt_ids, completion, mask = encode_episode(fmt, row["prompt"], demonstration(row, tools=tools),
+        messages = demonstration(row, tools=tools, final_turn=final_turn)
+        prompt_ids, completion, mask = encode_episode(fmt, row["prompt"], messages,
                                                       tool_schemas if tools else None)
         labels = [-100] * len(prompt_ids) + [tok if m else -100 for tok, m in zip(completion, mask)]
         examples.append({"input_ids": prompt_ids + completion, "labels": labels})
