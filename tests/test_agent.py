@@ -316,3 +316,38 @@ def test_short_final_turn_copies_the_last_tool_result(tokenizer):
     assert trained.endswith("</tool_call><|im_end|>Final Answer: 3216<|im_end|>") and "39 * 83 =" not in trained
     with pytest.raises(DataError, match="final_turn"):
         demonstration(row, final_turn="short")
+
+
+def test_sft_rows_split_into_tool_skip_tool_and_direct_demonstrations(tokenizer):
+    from agentic_rl.agent.sft import AgentSFTConfig, sft_examples
+    from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT
+    from agentic_rl.agent.train import load_task_rows
+    from agentic_rl.data.formats import SYSTEM_PROMPT
+
+    rows = load_task_rows("multiplication", "train", 20, heldout_rows=10)
+    config = AgentSFTConfig(model="m", direct_fraction=0.25, skip_tool_fraction=0.35, final_turn="answer")
+    examples, counts = sft_examples(tokenizer, rows, config)
+    assert counts == {"tool": 8, "skip_tool": 7, "direct": 5} and len(examples) == 20
+    kinds = {"tool": [], "skip_tool": [], "direct": []}
+    for example in examples:
+        text = tokenizer.decode(example["input_ids"])
+        trained = tokenizer.decode([t for t, lab in zip(example["input_ids"], example["labels"]) if lab != -100])
+        if SYSTEM_PROMPT in text:
+            kinds["direct"].append(trained)
+        else:
+            assert AGENT_SYSTEM_PROMPT in text
+            kinds["tool" if "<tool_call>" in text else "skip_tool"].append(trained)
+    assert {k: len(v) for k, v in kinds.items()} == counts
+    # skip rows: agent prompt, no call anywhere, the steps written out and the final answer
+    assert all("<tool_call>" not in t and " = " in t and "Final Answer:" in t for t in kinds["skip_tool"])
+    assert all(t.count("<tool_call>") >= 1 for t in kinds["tool"])
+    # the three kinds are disjoint: every row appears exactly once
+    questions = [tokenizer.decode(e["input_ids"]) for e in examples]
+    assert all(sum(r["question"] in q for q in questions) == 1 for r in rows)
+    # skip_tool_fraction=0 keeps the old two-way split
+    _, plain = sft_examples(tokenizer, rows, AgentSFTConfig(model="m", direct_fraction=0.25))
+    assert plain == {"tool": 15, "skip_tool": 0, "direct": 5}
+    with pytest.raises(ConfigError, match="must be <= 1"):
+        AgentSFTConfig(model="m", direct_fraction=0.7, skip_tool_fraction=0.4)
+    with pytest.raises(ConfigError, match="skip_tool_fraction"):
+        AgentSFTConfig(model="m", skip_tool_fraction=-0.1)

@@ -5,7 +5,9 @@ into tokens exactly as a rollout splices them (:func:`agentic_rl.agent.tasks.dem
 plain next-token cross-entropy on the assistant turns only: prompt and tool-response tokens have label -100, so the
 model learns to call the tool and to use its result, never to predict the tool's output. A fraction of the rows
 (``direct_fraction``) is shown without tools (plain system prompt, direct answer), so the same model can also be
-evaluated without tools.
+evaluated without tools. Another, disjoint fraction (``skip_tool_fraction``) is shown under the agent (tool) prompt
+but answers directly without calling the tool: imperfect demonstrations, so the SFT model sometimes skips the tool
+and RL has a tool-call rate to raise.
 
 Runs on TRL's ``SFTTrainer`` with a pre-tokenized dataset (``input_ids`` + ``labels``): TRL keeps given labels as is.
 """
@@ -19,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.config import setting
+from agentic_rl.errors import ConfigError
 from agentic_rl.utils import log, run_dir, set_seed
-
-
 
 
 @dataclass
@@ -33,6 +34,9 @@ class AgentSFTConfig:
     heldout_rows: int = setting(200, "size of the synthetic held-out split never trained on")
     data_seed: int = setting(0, "seed of the synthetic task split")
     direct_fraction: float = setting(0.25, "share of rows shown as direct answers without tools")
+    skip_tool_fraction: float = setting(0.0, "share of rows shown under the agent (tool) prompt that answer directly "
+                                             "without calling the tool (imperfect demonstrations, so RL can raise "
+                                             "the tool-call rate); disjoint from the direct_fraction rows")
     tools_in_prompt: bool = setting(True, "render the tool schemas into the prompt with the chat template")
     final_turn: str = setting("steps", "answer turn after tool calls: 'steps' (solution steps, then 'Final Answer: N') "
                                        "or 'answer' (only 'Final Answer: N', copying the last tool result)",
@@ -43,6 +47,37 @@ class AgentSFTConfig:
     lora: bool = setting(False, "train a LoRA adapter and merge it (false: full fine-tuning)")
     seed: int = setting(0, "random seed")
 
+    def __post_init__(self) -> None:
+        for name in ("direct_fraction", "skip_tool_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.direct_fraction + self.skip_tool_fraction > 1.0 + 1e-9:
+            raise ConfigError(f"direct_fraction + skip_tool_fraction must be <= 1, got {self.direct_fraction} + "
+                              f"{self.skip_tool_fraction}")
+
+
+def sft_examples(tokenizer, rows: list[dict[str, Any]], config: AgentSFTConfig,
+                 tool_schemas: list[dict] | None = None) -> tuple[list[dict[str, list[int]]], dict[str, int]]:
+    """Tokenized, shuffled demonstrations of ``rows`` and the count of each kind: ``direct`` (plain prompt, direct
+    answer), ``skip_tool`` (agent prompt, direct answer without a call) and ``tool`` (agent prompt, tool calls)."""
+    from agentic_rl.agent.tasks import agent_rows, demonstration_examples
+
+    rng = random.Random(config.seed)
+    direct_ids = set(rng.sample(range(len(rows)), int(round(config.direct_fraction * len(rows)))))
+    rest = [i for i in range(len(rows)) if i not in direct_ids]
+    n_skip = min(int(round(config.skip_tool_fraction * len(rows))), len(rest))
+    skip_ids = set(rng.sample(rest, n_skip)) if n_skip else set()  # no draw at 0: the old split stays as it was
+    direct = [r for i, r in enumerate(rows) if i in direct_ids]
+    skip = [r for i, r in enumerate(rows) if i in skip_ids]
+    with_tools = [r for i, r in enumerate(rows) if i not in direct_ids and i not in skip_ids]
+    examples = demonstration_examples(tokenizer, agent_rows(with_tools, tools=True), tools=True,
+                                      tool_schemas=tool_schemas, final_turn=config.final_turn)
+    examples += demonstration_examples(tokenizer, agent_rows(skip, tools=True), tools=True, call_tools=False,
+                                       tool_schemas=tool_schemas)
+    examples += demonstration_examples(tokenizer, agent_rows(direct, tools=False), tools=False)
+    rng.shuffle(examples)
+    return examples, {"tool": len(with_tools), "skip_tool": len(skip), "direct": len(direct)}
+
 
 def run(config: AgentSFTConfig) -> dict[str, Any]:
     """Fine-tune on demonstrations; returns ``{"run_dir", "model_dir", "train_loss", "examples"}``."""
@@ -51,7 +86,6 @@ def run(config: AgentSFTConfig) -> dict[str, Any]:
     from trl import SFTConfig, SFTTrainer
 
     from agentic_rl.agent.calculator_env import calculator
-    from agentic_rl.agent.tasks import agent_rows, demonstration_examples
     from agentic_rl.agent.tools import Tool
     from agentic_rl.agent.train import load_model, load_task_rows
     from agentic_rl.config import save_config
@@ -61,18 +95,12 @@ def run(config: AgentSFTConfig) -> dict[str, Any]:
     set_seed(config.seed)
     rows = load_task_rows(config.dataset, "train", config.train_rows, heldout_rows=config.heldout_rows,
                           data_seed=config.data_seed)
-    rng = random.Random(config.seed)
-    direct = set(rng.sample(range(len(rows)), int(round(config.direct_fraction * len(rows)))))
     model, tokenizer = load_model(config.model)
     schemas = [Tool(calculator).schema] if config.tools_in_prompt else None
-    with_tools = [r for i, r in enumerate(rows) if i not in direct]
-    without = [r for i, r in enumerate(rows) if i in direct]
-    examples = demonstration_examples(tokenizer, agent_rows(with_tools, tools=True), tools=True, tool_schemas=schemas,
-                                      final_turn=config.final_turn)
-    examples += demonstration_examples(tokenizer, agent_rows(without, tools=False), tools=False)
-    rng.shuffle(examples)
+    examples, counts = sft_examples(tokenizer, rows, config, schemas)
     longest = max(len(e["input_ids"]) for e in examples)
-    log(f"agent SFT: {len(examples)} episodes ({len(without)} without tools), longest {longest} tokens")
+    log(f"agent SFT: {len(examples)} episodes ({counts['direct']} without tools, {counts['skip_tool']} under the "
+        f"tool prompt without a call), longest {longest} tokens")
 
     peft_config = None
     if config.lora:

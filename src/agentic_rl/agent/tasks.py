@@ -88,13 +88,17 @@ def demonstration(row: dict[str, Any], *, tools: bool = True, tool_name: str = "
 
 def demonstration_examples(tokenizer, rows: list[dict[str, Any]], *, tools: bool = True,
                            tool_schemas: list[dict] | None = None, chat_template_kwargs: dict | None = None,
-                           final_turn: str = "steps") -> list[dict[str, list[int]]]:
-    """Tokenized SFT examples ``{"input_ids", "labels"}``; labels are -100 on the prompt and on tool tokens."""
+                           final_turn: str = "steps", call_tools: bool | None = None) -> list[dict[str, list[int]]]:
+    """Tokenized SFT examples ``{"input_ids", "labels"}``; labels are -100 on the prompt and on tool tokens.
+
+    ``tools`` says whether the tools are offered (the schemas go into the prompt); ``call_tools`` (default: ``tools``)
+    whether the demonstration calls them — ``tools=True, call_tools=False`` answers directly under a tool prompt."""
+    call_tools = tools if call_tools is None else call_tools
     fmt = ChatFormat(tokenizer, chat_template_kwargs if chat_template_kwargs is not None
                      else {"enable_thinking": False})
     examples = []
     for row in rows:
-        messages = demonstration(row, tools=tools, final_turn=final_turn)
+        messages = demonstration(row, tools=call_tools, final_turn=final_turn)
         prompt_ids, completion, mask = encode_episode(fmt, row["prompt"], messages,
                                                       tool_schemas if tools else None)
         labels = [-100] * len(prompt_ids) + [tok if m else -100 for tok, m in zip(completion, mask)]
