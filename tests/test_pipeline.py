@@ -118,3 +118,12 @@ def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(t
         assert report[stage]["without_tools"]["tool_calls_per_episode"] == 0.0
     assert (tmp_path / "agentic" / "report.md").is_file()
     assert (tmp_path / "agentic" / "grpo" / "stage.json").is_file()
+
+
+@pytest.mark.parametrize("preset", ["quickstart", "quickstart-smoke"])
+def test_shipped_presets_resolve_every_stage_section(preset):
+    from agentic_rl.pipeline import _check_sections
+
+    config = load_pipeline_config(preset_path(preset))
+    _check_sections(config)  # raises ConfigError on a key a stage does not have
+    assert config.system_prompt == "" and 0.5 < config.sft["answer_first_fraction"] < 1.0
