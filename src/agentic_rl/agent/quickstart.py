@@ -54,10 +54,17 @@ held-out problems (greedy; 1.8 min / 2.2 min to evaluate, with and without tools
   episodes (0.51 calls per episode, every one an error since no tool is offered; accuracy without tools stays 0).
 
 So GRPO raises both the tool-call rate and held-out accuracy with tools once SFT leaves room to; the extra SFT steps
-alone moved e4's 0.410 to 0.454 (useful call rate 0.655 -> 0.990), GRPO the rest. One seed. The defaults (16000
-rows, 1 epoch, batch 16, lr 2e-3: ~1000 steps in one cosine schedule, skip_tool_fraction 0.35; GRPO as above) were
-not run end to end as one job — with 35 % skip rows the from-scratch SFT sees fewer tool demonstrations than the
-measured path — and at ~1.8 s per SFT step on one thread the SFT alone takes ~30 min, over the 15-minute target.
+alone moved e4's 0.410 to 0.454 (useful call rate 0.655 -> 0.990), GRPO the rest.
+
+End to end with the defaults (``agentic-rl quickstart --agentic --fresh``, seed 0, 2 free CPU cores, 200 held-out
+problems, greedy; 17 min 9 s wall, peak RSS 2.2 GB: pretrain 152 s, SFT 760 s (1000 steps, 16000 rows: 4000 direct,
+5600 skip-tool, 6400 tool demonstrations), GRPO 93 s, evaluations 11 s each):
+
+* SFT: accuracy **0.425 with tools** vs 0.000 without, tool-call rate **0.735**, useful call rate 0.990, no errors;
+* GRPO: accuracy **0.540 with tools** vs 0.000 without, tool-call rate **1.000**, useful call rate 0.981, no errors;
+  without tools it now tries a call in 8 % of the episodes (errors, since none is offered).
+
+One seed end to end; the continuation above is a second, independent path to the same picture.
 """
 
 from __future__ import annotations
