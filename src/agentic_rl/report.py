@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentic_rl.utils import read_jsonl
+
 # (column title, metric key, format) for the stage comparison table.
 TABLE_COLUMNS = [
     ("accuracy", "accuracy_strict", "{:.1%}"),
@@ -33,7 +35,7 @@ def load_log_history(stage_dir: Path) -> list[dict[str, Any]]:
     if (stage_dir / "log_history.json").is_file():
         return json.loads((stage_dir / "log_history.json").read_text())
     if (stage_dir / "metrics.jsonl").is_file():
-        return _read_jsonl(stage_dir / "metrics.jsonl")
+        return read_jsonl(stage_dir / "metrics.jsonl")
     checkpoints = sorted(stage_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])
                          if p.name.split("-")[-1].isdigit() else -1)
     for path in [stage_dir / "trainer_state.json"] + [c / "trainer_state.json" for c in reversed(checkpoints)]:
@@ -49,12 +51,6 @@ def _series(history: list[dict[str, Any]], key: str) -> tuple[list[float], list[
             steps.append(entry.get("step", len(steps)))
             values.append(float(entry[key]))
     return steps, values
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def plot_training_curves(root: Path) -> list[Path]:
@@ -75,7 +71,7 @@ def plot_training_curves(root: Path) -> list[Path]:
         steps, values = _series(grpo_history, key)
         if values:
             panels.append((title, steps, values))
-    heldout = _read_jsonl(root / "grpo" / "heldout.jsonl")
+    heldout = read_jsonl(root / "grpo" / "heldout.jsonl")
     if heldout:
         panels.append(("GRPO held-out accuracy", [r.get("step", i) for i, r in enumerate(heldout)],
                        [r.get("accuracy", float("nan")) for r in heldout]))

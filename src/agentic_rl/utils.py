@@ -88,6 +88,21 @@ def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file written by :func:`write_jsonl` / :func:`append_jsonl`; ``[]`` when it does not exist."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def last_checkpoint(path: str | Path) -> str | None:
+    """The newest ``checkpoint-N`` folder a transformers ``Trainer`` wrote in ``path`` (None when there is none)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(path)) if Path(path).is_dir() else None
+
+
 def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ from typing import Any
 
 from agentic_rl.config import setting
 from agentic_rl.errors import ConfigError, DataError, ModelLoadError
-from agentic_rl.utils import append_jsonl, log, run_dir, set_seed
+from agentic_rl.utils import append_jsonl, log, read_jsonl, run_dir, set_seed
 
 
 
@@ -232,13 +232,9 @@ def _has_gpu() -> bool:
 
 
 def _last_agent_metrics(path: Path) -> dict[str, float]:
-    import json
-
     last: dict[str, float] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            last.update({k: v for k, v in row.items() if k.startswith("agent/")})
+    for row in read_jsonl(path):
+        last.update({k: v for k, v in row.items() if k.startswith("agent/")})
     return last
 
 

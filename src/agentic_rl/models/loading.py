@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from agentic_rl.errors import ModelLoadError
+from agentic_rl.utils import supports_bf16
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float16": "float16", "fp16": "float16", "half": "float16"}
@@ -49,7 +50,7 @@ def resolve_dtype(dtype: Any = "auto", device: str | None = None, *, for_trainin
     if dtype in (None, "auto"):
         device = resolve_device(device)
         if device.startswith("cuda"):
-            if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            if supports_bf16():
                 return torch.bfloat16
             return torch.float32 if for_training else torch.float16
         return torch.float32

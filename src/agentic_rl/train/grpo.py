@@ -82,7 +82,8 @@ from typing import Any
 
 from agentic_rl.config import config_to_dict, format_config, save_config, setting
 from agentic_rl.errors import ConfigError
-from agentic_rl.utils import append_jsonl, has_gpu, log, run_dir, set_seed, supports_bf16, warn, write_json
+from agentic_rl.utils import (append_jsonl, has_gpu, last_checkpoint, log, read_jsonl, run_dir, set_seed, supports_bf16,
+                             warn, write_json)
 
 SYNTHETIC_TEST_GUARD = 2000
 LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
@@ -654,12 +655,6 @@ def _best_row(out: Path) -> dict[str, Any] | None:
     return read_json(path)
 
 
-def _last_checkpoint(out: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(out)) if out.is_dir() else None
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # The stage
 # ---------------------------------------------------------------------------------------------------------------
@@ -677,11 +672,11 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     save_config(config, out / "config.yaml")
     set_seed(config.seed)
 
-    checkpoint = _last_checkpoint(out) if config.resume else None
+    checkpoint = last_checkpoint(out) if config.resume else None
     if config.resume and checkpoint is None:
         warn(f"--resume: no checkpoint-N in {out}; starting from the beginning")
     if not config.resume:
-        if _last_checkpoint(out) is not None:
+        if last_checkpoint(out) is not None:
             warn(f"{out} holds checkpoints from an earlier run; they will be overwritten (use --resume to continue)")
         for name in ("completions.jsonl", "heldout.jsonl"):
             (out / name).unlink(missing_ok=True)
@@ -698,6 +693,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     # --- trainer ---------------------------------------------------------------------------------------------------
     from trl import GRPOTrainer
 
+    from agentic_rl.models.loading import count_parameters
     from agentic_rl.train.monitoring import resolve_report_to  # checks the packages; wandb offline without a key
 
     backends = [b for b in resolve_report_to(list(config.report_to), out) if b != "none"]
@@ -716,8 +712,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     monitor.trainer = trainer
     trainable_names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     (out / "trainable_parameters.txt").write_text("\n".join(trainable_names) + "\n")
-    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in trainer.model.parameters())
+    trainable, total = count_parameters(trainer.model)
     log(f"trainable parameters: {trainable:,} of {total:,} ({trainable / total:.2%}), names in "
         f"{out / 'trainable_parameters.txt'}")
 
@@ -743,7 +738,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
 
     save_model_dir(policy, tokenizer, merged_dir)
 
-    heldout_rows = _read_jsonl(out / "heldout.jsonl")
+    heldout_rows = read_jsonl(out / "heldout.jsonl")
     result = {
         "model_dir": str(merged_dir),
         "adapter_dir": str(adapter_dir) if adapter_dir else None,
@@ -762,11 +757,3 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     write_json(out / "result.json", result)
     log(f"GRPO done in {result['wall_time_s']:.0f}s: merged model in {merged_dir}")
     return result
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    import json
-
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

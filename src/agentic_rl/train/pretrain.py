@@ -25,12 +25,11 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from agentic_rl.config import format_config, save_config
 from agentic_rl.errors import ConfigError
-from agentic_rl.utils import has_gpu, log, run_dir, set_seed, write_json
+from agentic_rl.utils import has_gpu, last_checkpoint, log, run_dir, set_seed, supports_bf16, write_json
 
 
 @dataclass
@@ -148,18 +147,12 @@ def arithmetic_probe(model, tokenizer, n: int = 200, seed: int = 12345, batch_si
 # Run
 # ---------------------------------------------------------------------------------------------------------------
 
-def _last_checkpoint(path: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(path)) if path.is_dir() else None
-
-
 def run(config: PretrainConfig) -> dict[str, Any]:
     """Train tokenizer + tiny base; returns ``{"model_dir", "run_dir", "metrics"}``."""
     import datasets
-    import torch
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
+    from agentic_rl.models.loading import count_parameters
     from agentic_rl.models.tiny import build_tiny_model, default_tokenizer_corpus, save_model_dir, train_tokenizer
     from agentic_rl.train.monitoring import HealthCallback, logging_callbacks, resolve_report_to
 
@@ -200,7 +193,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         overrides["num_hidden_layers"] = config.num_layers
     model = build_tiny_model(tokenizer, config.model_preset, max_position_embeddings=max(1024, config.seq_length),
                              seed=config.seed, **overrides)
-    n_params = sum(p.numel() for p in model.parameters())
+    _, n_params = count_parameters(model)
 
     # --- trainer --------------------------------------------------------------------------------------------------
     gpu = has_gpu()
@@ -226,7 +219,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         report_to=rest,
         seed=config.seed,
         use_cpu=not gpu,
-        bf16=gpu and torch.cuda.is_bf16_supported(),
+        bf16=supports_bf16(),
         dataloader_num_workers=0,
         disable_tqdm=False,
     )
@@ -239,7 +232,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
         callbacks=[health, *callbacks],
     )
-    resume_from = _last_checkpoint(ckpt_dir) if config.resume else None
+    resume_from = last_checkpoint(ckpt_dir) if config.resume else None
     train_out = trainer.train(resume_from_checkpoint=resume_from)
 
     # --- evaluate and save ----------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from typing import Any
 from agentic_rl.config import format_config, save_config
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
-from agentic_rl.utils import has_gpu, log, run_dir, set_seed, supports_bf16, warn, write_json
+from agentic_rl.utils import has_gpu, last_checkpoint, log, run_dir, set_seed, supports_bf16, warn, write_json
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
@@ -193,12 +193,6 @@ def prepare_model(config: SFTConfig):
 # Run
 # ---------------------------------------------------------------------------------------------------------------
 
-def _last_checkpoint(path: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(path)) if path.is_dir() else None
-
-
 def trainer_arguments(config: SFTConfig, out: Path, report_to: list[str], n_params: int):
     """TRL's ``SFTConfig`` with the device defaults resolved (CPU: fp32, no checkpointing; GPU: bf16)."""
     import trl
@@ -297,7 +291,7 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
 
     resume_from = None
     if config.resume:
-        resume_from = _last_checkpoint(out / "checkpoints")
+        resume_from = last_checkpoint(out / "checkpoints")
         if resume_from is None:
             warn(f"--resume: no checkpoint in {out / 'checkpoints'}; starting from scratch")
         else:
