@@ -62,9 +62,9 @@ def plot_training_curves(root: Path) -> list[Path]:
 
     written: list[Path] = []
     panels: list[tuple[str, list[float], list[float]]] = []
-    for stage in ("pretrain", "sft", "grpo"):
+    for stage in ("pretrain", "sft"):
         steps, loss = _series(load_log_history(root / stage), "loss")
-        if loss and stage != "grpo":
+        if loss:
             panels.append((f"{stage} loss", steps, loss))
     grpo_history = load_log_history(root / "grpo")
     for key, title in (("grpo/reward", "GRPO mean reward"), ("grpo/kl", "GRPO KL to reference")):

@@ -619,8 +619,6 @@ def _accepts_callbacks(fn: Callable[..., Any]) -> bool:
     return "callbacks" in inspect.signature(fn).parameters
 
 
-
-
 def _drop_weights(trial_dir: Path) -> None:
     """A finished trial keeps its config, metrics and logs; its weights (GBs for real models) are removed."""
     import shutil

@@ -75,10 +75,7 @@ class Environment:
 
 
 def default_answer_check(text: str, ground_truth: str) -> bool:
-    try:
-        from agentic_rl.rewards import is_correct
-    except ImportError:  # the rewards package re-exports it; the module is the source
-        from agentic_rl.rewards.extraction import is_correct
+    from agentic_rl.rewards import is_correct
 
     return bool(is_correct(text, ground_truth))
 

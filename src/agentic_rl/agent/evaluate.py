@@ -17,13 +17,11 @@ messages, step rewards, return).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agentic_rl.config import setting
 from agentic_rl.utils import log, run_dir, write_json, write_jsonl
-
-
 
 
 @dataclass

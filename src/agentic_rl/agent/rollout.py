@@ -238,7 +238,7 @@ def make_rollout_func(env_factory: Callable[[], Environment], tasks: list[dict[s
     from agentic_rl.utils import append_jsonl
 
     by_prompt = {prompt_key(t["prompt"]): t for t in tasks}
-    state: dict[str, Any] = {"fmt": None, "calls": 0}
+    state: dict[str, Any] = {"fmt": None}
 
     def rollout_func(prompts: list[list[dict[str, str]]], trainer) -> dict[str, Any]:
         try:
@@ -261,7 +261,6 @@ def make_rollout_func(env_factory: Callable[[], Environment], tasks: list[dict[s
         stats = episode_stats(trajectories)
         for key, value in stats.items():
             trainer._metrics[mode][f"agent/{key}"].append(value)
-        state["calls"] += 1
         if log_path is not None:
             append_jsonl(log_path, {"step": trainer.state.global_step, "mode": mode, **stats,
                                     "rollout_seconds": round(time.time() - start, 2),

@@ -31,15 +31,13 @@ Run it (the lead wires it into the CLI; as a function: ``run(AgentGRPOConfig(mod
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentic_rl.config import setting
 from agentic_rl.errors import ConfigError, DataError, ModelLoadError
 from agentic_rl.utils import append_jsonl, log, read_jsonl, run_dir, set_seed
-
-
 
 
 @dataclass

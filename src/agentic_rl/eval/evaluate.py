@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +45,12 @@ from agentic_rl.errors import ConfigError
 DEFAULT_REWARDS = ["accuracy:1.0", "format:0.2"]
 
 
-
-
 @dataclass
 class EvalConfig:
     """Settings of ``agentic-rl eval``."""
 
     models: list[str] = setting([], "model directories or hub ids to evaluate (several give a comparison table)",
-                           positional=True)
+                                 positional=True)
     dataset: str = setting("synthetic", "'synthetic', 'gsm8k' / a hub id, a local file or folder, or 'module:function'")
     split: str = setting("test", "dataset split")
     max_samples: int | None = setting(None, "evaluate this many problems drawn at random with --seed (default: all)")
@@ -66,9 +64,9 @@ class EvalConfig:
     temperature: float = setting(0.0, "0 = greedy decoding; > 0 samples")
     top_p: float = setting(1.0, "nucleus sampling threshold (sampling only)")
     pass_at_k: list[int] = setting([], "k values for pass@k, e.g. 1,4,8 (default: 1 and powers of two up to "
-                                  "--num-samples, and --num-samples itself)")
+                                       "--num-samples, and --num-samples itself)")
     rewards: list[str] = setting(list(DEFAULT_REWARDS), "reward 'name:weight' for the average-reward metric (as in "
-                                                   "grpo)", flag="reward")
+                                                        "grpo)", flag="reward")
     system_prompt: str | None = setting(None, "system message of every prompt: unset = the standard instruction, "
                                         "'' = none, or your own text (use the value the model was trained with)")
     enable_thinking: bool = setting(False, "let Qwen3-style chat templates open a <think> block")

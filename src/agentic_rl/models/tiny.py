@@ -299,36 +299,15 @@ def default_tokenizer_corpus(n_lines: int = 3000, seed: int = 0, *, exclude=()) 
     """Text for training the embedded tokenizer: arithmetic lines, synthetic questions and their solutions in the
     answer format, and the system prompt (so the chat scaffolding and ``Final Answer:`` become few tokens).
 
-    Uses the data layer's generators; falls back to a small built-in corpus if they are unavailable.
+    Uses the data layer's generators.
     """
     from agentic_rl.data.formats import SYSTEM_PROMPT
+    from agentic_rl.data.gsm8k import parse_gsm8k_answer
+    from agentic_rl.data.synthetic import arithmetic_corpus, generate_synthetic
 
     lines: list[str] = [SYSTEM_PROMPT] * max(20, n_lines // 50)
-    try:
-        from agentic_rl.data.gsm8k import parse_gsm8k_answer
-        from agentic_rl.data.synthetic import arithmetic_corpus, generate_synthetic
-
-        lines += list(arithmetic_corpus(n_lines, seed, exclude=exclude))
-        for row in generate_synthetic(max(n_lines // 4, 50), seed=seed + 99, exclude=exclude):
-            lines.append(row["question"] + "\n" + parse_gsm8k_answer(row["answer"])["solution_text"])
-    except ImportError:
-        lines += _fallback_corpus(n_lines, seed)
+    lines += list(arithmetic_corpus(n_lines, seed, exclude=exclude))
+    for row in generate_synthetic(max(n_lines // 4, 50), seed=seed + 99, exclude=exclude):
+        lines.append(row["question"] + "\n" + parse_gsm8k_answer(row["answer"])["solution_text"])
     return lines
 
-
-def _fallback_corpus(n_lines: int, seed: int) -> list[str]:
-    import random
-
-    rng = random.Random(seed)
-    names = ["Tom", "Ana", "Lee", "Maya", "Sam", "Nia"]
-    items = ["apples", "books", "coins", "pens", "cards", "eggs"]
-    out = []
-    for _ in range(n_lines):
-        a, b = rng.randint(1, 99), rng.randint(1, 99)
-        op = rng.choice("+-*")
-        c = a + b if op == "+" else a - b if op == "-" else a * b
-        name, item = rng.choice(names), rng.choice(items)
-        out.append(f"{a} {op} {b} = {c}")
-        out.append(f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?\n"
-                   f"{a} + {b} = {a + b}\nFinal Answer: {a + b}")
-    return out

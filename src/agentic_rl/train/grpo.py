@@ -76,7 +76,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +102,6 @@ PRESETS: dict[str, dict[str, Any]] = {
                  gradient_accumulation_steps=1, max_completion_length=64, temperature=1.0,
                  heldout_every=10, heldout_samples=64, save_steps=20, lora_r=64, lora_alpha=128),
 }
-
-
 
 
 @dataclass
@@ -324,8 +322,6 @@ def load_policy(config: GRPOConfig, out: Path):
             model.save_pretrained(base_dir)
             tokenizer.save_pretrained(base_dir)
     model.config._name_or_path = base_dir  # TRL rebuilds the full-FT reference from here
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model, tokenizer, base_dir
 

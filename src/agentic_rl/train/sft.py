@@ -143,7 +143,8 @@ def build_sft_dataset(config: SFTConfig):
                              ground_truth_field=config.ground_truth_field,
                              synthetic_seed=config.synthetic_seed, synthetic_train_size=config.synthetic_train_size,
                              synthetic_test_size=config.synthetic_test_size)
-    ds = to_sft_dataset(rows, resolve_system_prompt(config.system_prompt), answer_only_fraction=config.answer_only_fraction,
+    ds = to_sft_dataset(rows, resolve_system_prompt(config.system_prompt),
+                        answer_only_fraction=config.answer_only_fraction,
                         answer_first_fraction=config.answer_first_fraction, seed=config.seed)
     kwargs = {"enable_thinking": config.enable_thinking}
     return ds.map(lambda _: {"chat_template_kwargs": kwargs})
