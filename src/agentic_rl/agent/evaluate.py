@@ -109,12 +109,8 @@ class _EnvSettings:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    import argparse
+    import sys
 
-    from agentic_rl.config import add_config_arguments, config_from_args
+    from agentic_rl.cli import main
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", dest="_config_file", default=None)
-    add_config_arguments(parser, AgentEvalConfig)
-    ns = parser.parse_args()
-    run(config_from_args(AgentEvalConfig, ns, yaml_path=ns._config_file))
+    sys.exit(main(["agent-eval", *sys.argv[1:]]))

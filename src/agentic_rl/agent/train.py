@@ -23,9 +23,9 @@ reward / calls), ``agent/turns_per_episode``, ``agent/return`` and
 ``agent/truncated_rate``, to TensorBoard / the console and to ``<run>/rollouts.jsonl`` (with two sample episodes);
 ``<run>/metrics.jsonl`` has every logged step.
 
-Run it (the lead wires it into the CLI; as a function: ``run(AgentGRPOConfig(model=...))``)::
+Run it (as a function: ``run(AgentGRPOConfig(model=...))``)::
 
-    python -m agentic_rl.agent.train --model runs/quickstart-agentic/sft --max-steps 40
+    agentic-rl agent-grpo --model runs/quickstart-agentic/sft/model --max-steps 40
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.config import setting
-from agentic_rl.errors import ConfigError, DataError, ModelLoadError
-from agentic_rl.utils import append_jsonl, log, read_jsonl, run_dir, set_seed
+from agentic_rl.errors import ConfigError, DataError
+from agentic_rl.utils import append_jsonl, has_gpu, log, read_jsonl, run_dir, set_seed
 
 
 @dataclass
@@ -120,21 +120,14 @@ def load_task_rows(dataset: str, split: str, n: int, *, heldout_rows: int = 200,
 
 
 def load_model(path: str):
-    """(model, tokenizer) from a directory or hub id; left padding for generation."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """(model, tokenizer) from a directory or hub id, in fp32, through the project's loader (pad token, chat
+    template check, one-line errors; an adapter directory is merged into its base); left padding for generation."""
+    from agentic_rl.models.loading import load_model_and_tokenizer
 
     if not path:
         raise ConfigError("model is required: give the directory of an SFT model (or a hub id)")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype="float32")
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load model '{path}': {str(exc).splitlines()[0]}") from None
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    model, tokenizer = load_model_and_tokenizer(path, dtype="float32", for_training=False)
     tokenizer.padding_side = "left"
-    if not getattr(tokenizer, "chat_template", None):
-        raise ModelLoadError(f"model '{path}' has no chat template; agent training needs one with tool messages")
     return model, tokenizer
 
 
@@ -194,7 +187,7 @@ def run(config: AgentGRPOConfig) -> dict[str, Any]:
         scale_rewards=config.scale_rewards, temperature=config.temperature, top_p=config.top_p,
         max_completion_length=config.max_completion_length, logging_steps=config.logging_steps,
         save_strategy="no", report_to=[] if config.report_to == "none" else [config.report_to],
-        seed=config.seed, bf16=False, use_cpu=not _has_gpu(),
+        seed=config.seed, bf16=False, use_cpu=not has_gpu(),
         dataloader_num_workers=0, remove_unused_columns=False, log_completions=False,
         gradient_checkpointing=config.gradient_checkpointing,
     )
@@ -223,12 +216,6 @@ def run(config: AgentGRPOConfig) -> dict[str, Any]:
     return {"run_dir": str(out), "model_dir": str(final), "last_metrics": last}
 
 
-def _has_gpu() -> bool:
-    from agentic_rl.utils import has_gpu
-
-    return has_gpu()
-
-
 def _last_agent_metrics(path: Path) -> dict[str, float]:
     last: dict[str, float] = {}
     for row in read_jsonl(path):
@@ -237,12 +224,8 @@ def _last_agent_metrics(path: Path) -> dict[str, float]:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    import argparse
+    import sys
 
-    from agentic_rl.config import add_config_arguments, config_from_args
+    from agentic_rl.cli import main
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", dest="_config_file", default=None)
-    add_config_arguments(parser, AgentGRPOConfig)
-    ns = parser.parse_args()
-    run(config_from_args(AgentGRPOConfig, ns, yaml_path=ns._config_file))
+    sys.exit(main(["agent-grpo", *sys.argv[1:]]))
