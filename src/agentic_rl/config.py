@@ -152,6 +152,25 @@ def setting(default: Any, help: str, **extra: Any) -> Any:
     return dataclasses.field(**kwargs)
 
 
+def import_object(spec: str, what: str) -> Any:
+    """The object a ``module:attribute`` setting names (dots allowed on both sides: ``pkg.mod:obj.attr``).
+
+    A failure is a one-line :class:`ConfigError` that starts with ``what`` and the spec (``tool 'm:f': ...``).
+    """
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{what} '{spec}': cannot import module '{module_name}' ({exc})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{what} '{spec}': module '{module_name}' has no attribute '{attr}'")
+        obj = getattr(obj, part)
+    return obj
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():

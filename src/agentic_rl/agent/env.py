@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from agentic_rl.agent.tool_format import parse_tool_calls, tool_message
-from agentic_rl.agent.tools import Tool, ToolError, _import_object, get_tool
+from agentic_rl.agent.tools import Tool, ToolError, get_tool
+from agentic_rl.config import import_object
 from agentic_rl.errors import ConfigError
 
 
@@ -189,7 +190,7 @@ def get_environment_factory(spec: str | Callable[..., Environment]) -> Callable[
     if spec in ENVIRONMENTS:
         return ENVIRONMENTS[spec]
     if ":" in spec:
-        factory = _import_object(spec, "environment")
+        factory = import_object(spec, "environment")
         if not callable(factory):
             raise ConfigError(f"environment '{spec}' is not callable")
         return factory

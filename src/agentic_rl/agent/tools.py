@@ -20,12 +20,12 @@ Registry: ``register_tool(fn)`` / ``get_tool("calculator")``; a name that is not
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import re
 import typing
 from typing import Any, Callable
 
+from agentic_rl.config import import_object
 from agentic_rl.errors import ConfigError
 
 _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array",
@@ -159,17 +159,6 @@ def register_tool(fn: Callable[..., Any] | None = None, *, name: str | None = No
     return _register(fn) if fn is not None else _register
 
 
-def _import_object(spec: str, kind: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"{kind} '{spec}': cannot import module '{module_name}' ({exc})") from None
-    if not hasattr(module, attr):
-        raise ConfigError(f"{kind} '{spec}': module '{module_name}' has no attribute '{attr}'")
-    return getattr(module, attr)
-
-
 def get_tool(spec: str | Callable[..., Any] | Tool) -> Tool:
     """A :class:`Tool` from a registered name, a ``module:function`` path, a function or a Tool."""
     if isinstance(spec, Tool):
@@ -180,7 +169,7 @@ def get_tool(spec: str | Callable[..., Any] | Tool) -> Tool:
     if spec in TOOLS:
         return Tool(TOOLS[spec], name=spec)
     if ":" in spec:
-        fn = _import_object(spec, "tool")
+        fn = import_object(spec, "tool")
         if not callable(fn):
             raise ConfigError(f"tool '{spec}' is not callable")
         return Tool(fn)

@@ -24,7 +24,6 @@ them bound as keyword arguments. Any mistake is a :class:`ConfigError` that name
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import math
 import re
@@ -32,6 +31,7 @@ from typing import Any, Callable
 
 import yaml
 
+from agentic_rl.config import import_object
 from agentic_rl.errors import ConfigError
 from agentic_rl.rewards.functions import (AccuracyReward, FormatReward, LengthPenaltyReward, ProcessReward,
                                           StepReward)
@@ -79,14 +79,7 @@ def load_user_reward(target: str, **params: Any) -> Callable[..., list[float]]:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"user reward '{target}' must look like module:function")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"user reward '{target}': cannot import module '{module_name}' ({exc})") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(f"user reward '{target}': module '{module_name}' has no attribute '{attr}'")
-        obj = getattr(obj, part)
+    obj = import_object(target, "user reward")
     if inspect.isclass(obj):
         try:
             obj = obj(**params)
