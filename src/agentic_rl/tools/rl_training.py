@@ -122,7 +122,9 @@ DESCRIPTION = (
     "train (algorithm sft|grpo, any hyper-parameter of that stage, e.g. learning_rate, lora_r, beta, "
     "num_generations, rewards, max_steps), load_dataset (source, split, column mapping), create_reward "
     "(reward specs like 'accuracy:1.0' or 'module:function:0.5'), evaluate (model, dataset, max_samples; returns "
-    "all metrics), status (runs and their metrics). Input: a JSON object with 'action' and its parameters.")
+    "all metrics), status (runs and their metrics). The parameter names of hello-agents' own rl_training tool "
+    "(model_name, num_epochs, use_lora, format, reward_type, model_path, ...) work too. Input: a JSON object with "
+    "'action' and its parameters.")
 
 
 def _stage_class(algorithm: str):
@@ -244,6 +246,10 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         try:
             params = self._parameters(parameters)
             action = params.pop("action", None)
+            for key in ("algorithm", "format", "reward_type"):  # the book lower-cases these ("SFT" works)
+                if isinstance(params.get(key), str):
+                    params[key] = params[key].lower()
+            action = action.lower() if isinstance(action, str) else action
             if action is None and params.keys() & BOOK_ONLY["train"]:
                 action = "train"  # the book's default action
             if action is None:
