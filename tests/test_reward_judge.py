@@ -7,6 +7,7 @@ a socket that accepts and never answers stand in for a judge that is down or han
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -241,3 +242,23 @@ def test_spec_mistakes_are_config_errors(tmp_path):
                               'judge(base_url=http://127.0.0.1:1/v1,model=m,rubric="Correct, concise: 10.")'])
     assert funcs[0].rubric == funcs[1].rubric == "Correct, concise: 10."
     assert [f.__name__ for f in funcs] == ["judge", "judge_2"]
+
+
+def test_grpo_step_scored_by_the_judge(judge_server, tiny_model_dir, tmp_path, monkeypatch):
+    """`--reward 'judge(...)'` in a real GRPO step: TRL hands the judge its prompts and completions, the server is
+    asked, and the judge's own counts reach the training metrics."""
+    from agentic_rl.train.grpo import GRPOConfig, run
+
+    app, url = judge_server
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    before = _served(app)
+    config = GRPOConfig(model=str(tiny_model_dir), preset="tiny", max_train_samples=4, max_steps=1, num_generations=2,
+                        batch_size=2, gradient_accumulation_steps=1, max_completion_length=8, heldout_every=0,
+                        report_to=["none"], output_dir=str(tmp_path / "grpo"),
+                        rewards=[f"judge(base_url={url},model=judge,max_tokens=16,timeout=60):1.0"])
+    result = run(config)
+    assert result["steps"] == 1
+    assert 1 <= _served(app) - before <= 2                 # two completions (one request if they are identical)
+    row = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()][0]
+    assert 0.0 <= row["grpo/reward/judge"] <= 1.0
+    assert row["grpo/judge/unparseable_fraction"] in (0.0, 0.5, 1.0) and row["grpo/judge/failure_fraction"] == 0.0
