@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import threading
 import time
@@ -161,7 +162,6 @@ class JudgeReward:
         except ImportError:
             raise ConfigError("the judge reward needs the openai client: pip install 'agentic-rl[judge]' "
                               "(or pip install openai)") from None
-        import os
 
         self.base_url, self.model, self.rubric = base_url, model, rubric.strip()
         self.reference_column = reference_column

@@ -14,7 +14,8 @@ The syntax is unambiguous because a weight is always the last ``:``-field and pa
 user reward always has a ``:`` between module and attribute (a Python name never parses as a number), and a
 built-in name never contains ``:``. Parameter values are read as YAML scalars (``0.01``, ``true``, ``lenient``,
 ``null``; quote a value holding ``,`` or ``: ``, e.g. ``rubric="Correct, concise"``). A user target that is a
-class is instantiated with the parameters; a function given parameters gets them bound as keyword arguments. Any mistake is a :class:`ConfigError` that names the spec.
+class is instantiated with the parameters; a function given parameters gets them bound as keyword arguments. Any
+mistake is a :class:`ConfigError` that names the spec.
 
 >>> funcs, weights = build_rewards(["accuracy", "format:0.2", "length(alpha=0.01)"])
 >>> [f.__name__ for f in funcs], weights

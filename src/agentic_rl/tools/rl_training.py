@@ -88,7 +88,8 @@ BOOK_KEYS: dict[str, dict[str, str]] = {
               "use_lora": "full = not use_lora", "batch_size": "batch_size", "max_samples": "max_samples (sft) / "
               "max_train_samples (grpo)", "output_dir": "output_dir", "dataset": "dataset",
               "custom_dataset": "dataset (registered first)", "custom_reward": "rewards (registered first)",
-              "use_wandb": "report_to", "use_tensorboard": "report_to", "wandb_project": "WANDB_PROJECT during the run"},
+              "use_wandb": "report_to", "use_tensorboard": "report_to",
+              "wandb_project": "WANDB_PROJECT during the run"},
     "load_dataset": {"format": "the example's row format (sft/rl)", "split": "split", "max_samples": "max_samples",
                      "model_name": "renders the rl example with this tokenizer's chat template"},
     "create_reward": {"reward_type": "rewards", "penalty_weight": "length(alpha=penalty_weight/max_length)",
@@ -525,9 +526,9 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
                "config": record["config"], "result": result}
         if book:  # the keys of the book's result
             rows = book_info.get("dataset_size", (result.get("metrics") or {}).get("train_rows"))
-            out.update(model=config.model, num_epochs=num_epochs if num_epochs is not None else config_to_dict(
-                config).get("epochs"), dataset_size=rows, **{k: v for k, v in book_info.items()
-                                                            if k in ("custom_dataset", "custom_reward", "wandb_project")})
+            epochs = num_epochs if num_epochs is not None else getattr(config, "epochs", None)
+            named = {k: v for k, v in book_info.items() if k in ("custom_dataset", "custom_reward", "wandb_project")}
+            out.update(model=config.model, num_epochs=epochs, dataset_size=rows, **named)
         return out
 
     def _book_train(self, algorithm: str, params: dict[str, Any]) -> tuple[list | None, dict[str, Any]]:
@@ -812,8 +813,8 @@ def _book_reward_spec(book: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
             raise ConfigError(f"'{key}' must be a number >= 0, got {value!r}")
     if reward_type == "accuracy":
-        return ["accuracy:1.0"], {"reward_type": reward_type,
-                                  "description": "accuracy: 1.0 when the final answer equals the ground truth, else 0.0"}
+        return ["accuracy:1.0"], {"reward_type": reward_type, "description": "accuracy: 1.0 when the final answer "
+                                                                             "equals the ground truth, else 0.0"}
     if reward_type == "length_penalty":
         weight, limit = float(values["penalty_weight"]), values["max_length"]
         if not isinstance(limit, int) or limit < 1:
