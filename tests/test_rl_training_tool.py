@@ -246,6 +246,11 @@ def test_book_create_reward_matches_the_book_formulas(tmp_path):
     expected = [max(0.0, 1.0 - 0.1 * (len(right_long) - 20) / 20), 1.0, 0.0]
     assert [s["total"] for s in length["scores"]] == pytest.approx(expected)
     assert 0 < expected[0] < 1
+    if HELLO_AGENTS:  # the book's own implementation gives the same numbers
+        from hello_agents.rl import create_accuracy_reward, create_length_penalty_reward
+
+        book_fn = create_length_penalty_reward(create_accuracy_reward(), max_length=20, penalty_weight=0.1)
+        assert book_fn(texts, ground_truth=["12"] * 3) == pytest.approx(expected)
     default = _call(tool, action="create_reward", reward_type="length_penalty")
     assert default["penalty_weight"] == 0.001 and default["max_length"] == 1024
 
@@ -253,6 +258,10 @@ def test_book_create_reward_matches_the_book_formulas(tmp_path):
     step = _call(tool, action="create_reward", reward_type="step", completions=[steps], ground_truth="12")
     assert step["step_bonus"] == 0.1 and step["specs"] == ["step(beta=0.1,max_steps=5)"]
     assert step["scores"][0]["total"] == pytest.approx(1.3)        # the book: 1.0 + 0.1 x 3 newlines
+    if HELLO_AGENTS:
+        from hello_agents.rl import create_accuracy_reward, create_step_reward
+
+        assert create_step_reward(create_accuracy_reward(), 0.1)([steps], ground_truth=["12"]) == pytest.approx([1.3])
     capped = _call(tool, action="create_reward", reward_type="step", step_bonus=0.25, completions=[steps],
                    ground_truth="12")
     assert capped["scores"][0]["total"] == pytest.approx(1.5)      # the book caps the bonus at 0.5
