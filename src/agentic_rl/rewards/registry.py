@@ -13,8 +13,9 @@ A reward **spec** is one string::
 The syntax is unambiguous because a weight is always the last ``:``-field and parses as a number, while a
 user reward always has a ``:`` between module and attribute (a Python name never parses as a number), and a
 built-in name never contains ``:``. Parameter values are read as YAML scalars (``0.01``, ``true``, ``lenient``,
-``null``). A user target that is a class is instantiated with the parameters; a function given parameters gets
-them bound as keyword arguments. Any mistake is a :class:`ConfigError` that names the spec.
+``null``; quote a value holding ``,`` or ``: ``, e.g. ``rubric="Correct, concise"``). A user target that is a
+class is instantiated with the parameters; a function given parameters gets them bound as keyword arguments. Any
+mistake is a :class:`ConfigError` that names the spec.
 
 >>> funcs, weights = build_rewards(["accuracy", "format:0.2", "length(alpha=0.01)"])
 >>> [f.__name__ for f in funcs], weights
@@ -35,6 +36,7 @@ from agentic_rl.config import import_object
 from agentic_rl.errors import ConfigError
 from agentic_rl.rewards.functions import (AccuracyReward, FormatReward, LengthPenaltyReward, ProcessReward,
                                           StepReward)
+from agentic_rl.rewards.judge import JudgeReward
 
 __all__ = ["REWARDS", "get_reward", "load_user_reward", "parse_reward_spec", "build_rewards"]
 
@@ -44,6 +46,7 @@ REWARDS: dict[str, type] = {
     "step": StepReward,
     "format": FormatReward,
     "process": ProcessReward,
+    "judge": JudgeReward,
 }
 
 _PARAM_KEY_RE = re.compile(r"^[A-Za-z_]\w*$")
@@ -105,9 +108,27 @@ class _Renamed:
         return self.func(completions, **kwargs)
 
 
+def _split_params(text: str) -> list[str]:
+    """``a=1,b="x, y"`` -> ``['a=1', 'b="x, y"']``: commas inside a quoted value do not split (a quote opens
+    only right after ``=``, so an apostrophe inside plain text stays text)."""
+    items, current, quote = [], [], None
+    for char in text:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"" and "".join(current).rstrip().endswith("="):
+            quote = char
+        elif char == ",":
+            items.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    items.append("".join(current))
+    return items
+
+
 def _parse_params(spec: str, text: str) -> dict[str, Any]:
     params: dict[str, Any] = {}
-    for item in (p.strip() for p in text.split(",")):
+    for item in (p.strip() for p in _split_params(text)):
         if not item:
             continue
         key, eq, value = item.partition("=")
