@@ -69,12 +69,12 @@ One seed end to end; the continuation above is a second, independent path to the
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.utils import RUNS_ROOT, log, read_json, run_dir, write_json
+from agentic_rl.runs import check_run_name, create_run_root, delete_run_dir
+from agentic_rl.utils import RUNS_ROOT, log, read_json, write_json
 
 STAGES = ("base", "sft", "eval_sft", "grpo", "eval_grpo")
 
@@ -99,11 +99,11 @@ def run_agentic_quickstart(output_dir: str | Path | None = None, *, name: str = 
                                                             SMOKE["sft_epochs"], SMOKE["grpo_steps"])
         grpo_rows, num_generations, generation_batch_size, eval_rows = (
             SMOKE["grpo_rows"], SMOKE["num_generations"], SMOKE["generation_batch_size"], SMOKE["eval_rows"])
+    check_run_name(name)
     root = Path(output_dir) if output_dir else RUNS_ROOT / name
     if fresh and root.exists():
-        log(f"--fresh: removing {root}")
-        shutil.rmtree(root)
-    out = run_dir(root, name)
+        delete_run_dir(root)  # only a run directory this project created, never the cwd, home or a parent
+    out = create_run_root(root, "agentic-quickstart")
     timings: dict[str, float] = {}
     report: dict[str, Any] = {"seed": seed, "data_seed": data_seed, "smoke": smoke,
                               "task": "multiplication (2-digit x 2-digit, then 0..1 +/- steps)"}
