@@ -208,6 +208,12 @@ def test_a_second_seed_does_not_reuse_the_first_seeds_stages(tiny_model_dir, tmp
     with pytest.raises(ConfigError, match=r"stage sft .* other settings: seed \(0 -> 1\).*--name.*--fresh"):
         run_pipeline(_pipeline(tiny_model_dir, out, seed=1))
     assert _snapshot(out) == before
+    # A GRPO run pointed at the SFT stage's folder does not clear it either (it is another stage's run).
+    from agentic_rl.train.grpo import run as grpo
+
+    with pytest.raises(ConfigError, match="holds a sft run, not a grpo run"):
+        grpo(_grpo_config(tiny_model_dir, out / "sft", overwrite=True))
+    assert _snapshot(out) == before
     # The same settings reuse the stage; --fresh with the new seed trains it again.
     assert run_pipeline(_pipeline(tiny_model_dir, out))["stages"]["sft"] == first["stages"]["sft"]
     run_pipeline(_pipeline(tiny_model_dir, out, seed=1, fresh=True))

@@ -57,18 +57,14 @@ def fingerprint(settings: dict[str, Any], ignore: Iterable[str] = RUN_CONTROL_KE
 
 
 def differing_keys(old: dict[str, Any], new: dict[str, Any], ignore: Iterable[str] = RUN_CONTROL_KEYS) -> list[str]:
-    """``["seed (0 -> 1)", ...]``: the settings that differ between two runs, with both values."""
+    """``["seed (0 -> 1)", ...]``: the settings that differ between two runs, with both values.
+
+    Only settings both runs have are compared: one that a newer version added (or dropped) does not make a run made
+    before the upgrade "other settings".
+    """
     ignore = set(ignore)
-    missing = object()
-    out = []
-    for key in sorted(set(old) | set(new)):
-        if key in ignore:
-            continue
-        a, b = old.get(key, missing), new.get(key, missing)
-        if a != b:
-            show = (lambda v: "unset" if v is missing else json.dumps(v, default=str))
-            out.append(f"{key} ({show(a)} -> {show(b)})")
-    return out
+    return [f"{key} ({json.dumps(old[key], default=str)} -> {json.dumps(new[key], default=str)})"
+            for key in sorted(set(old) & set(new)) if key not in ignore and old[key] != new[key]]
 
 
 def describe(differences: list[str], limit: int = 4) -> str:
@@ -119,10 +115,9 @@ def create_run_root(path: str | Path, kind: str) -> Path:
 
 
 def _looks_like_old_run(path: Path) -> bool:
-    """A run directory written before markers existed: the resolved config next to a stage's outputs."""
-    outputs = ("stage.json", "result.json", "metrics.json", "summary.json", "checkpoints", "merged", "model",
-               "sft", "grpo", "pretrain", "eval")
-    return (path / "config.yaml").is_file() and any((path / name).exists() for name in outputs)
+    """A pipeline run directory written before markers existed: its config beside its summary or stage markers."""
+    return (path / "config.yaml").is_file() and ((path / "summary.json").is_file() or any(path.glob("*/stage.json"))
+                                                 or any(path.glob("eval/*/stage.json")))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -191,9 +186,12 @@ def check_stage_dir(out: Path, config: Any, *, stage: str, finished: str, checkp
     marker = read_marker(out)
     is_finished = (out / finished).is_file()
     saved = _checkpoint_dirs(checkpoints)
-    if marker is None and not is_finished and not saved and not (out / "config.yaml").is_file():
+    if marker is None and not is_finished and not saved:
         raise ConfigError(f"{out} is not empty and was not created by agentic-rl; choose a new or empty "
                           f"--output-dir")
+    kind = (marker or {}).get("kind")
+    if kind and kind != stage:
+        raise ConfigError(f"{out} holds a {kind} run, not a {stage} run; choose another --output-dir")
     if resume:
         stored = (marker or {}).get("settings")
         if stored is None:
