@@ -8,6 +8,7 @@ model and dataset (e.g. ``configs/qwen3-0.6b-gsm8k.yaml``), each stage switchabl
 Everything lands in one run directory::
 
     runs/<name>/
+      .agentic-rl-run      marker: a run directory agentic-rl created (the only kind --fresh deletes)
       config.yaml          resolved pipeline config (every stage's resolved config is in its own folder too)
       pretrain/ sft/ grpo/ stage outputs: checkpoints, TensorBoard events, adapter/ and merged/ models
       eval/<stage>/        metrics.json, predictions.jsonl, report.md per evaluated model

@@ -33,6 +33,7 @@ Run it::
 Outputs in the run directory (``--output-dir``, default ``runs/grpo``)::
 
     config.yaml         the resolved config (loads back with --config)
+    .agentic-rl-run     marker with the settings --resume checks (a finished run is replaced only with --overwrite)
     metrics.jsonl       one row per logged step, with the metric names below
     completions.jsonl   sample completions with each reward component and the advantage, every N steps
     heldout.jsonl       periodic greedy held-out evaluation (step, accuracy, ...)

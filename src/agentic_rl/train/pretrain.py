@@ -68,7 +68,8 @@ class PretrainConfig:
         "help": "continue from the last complete checkpoint in the run directory (same settings only; max_steps may "
                 "grow)"})
     overwrite: bool = field(default=False, metadata={
-        "help": "replace a finished or interrupted run in the run directory (without it, such a directory is an error)"})
+        "help": "replace a finished or interrupted run in the run directory (without it, such a directory is an "
+                "error)"})
     save_steps: int = field(default=0, metadata={"help": "save a checkpoint every N steps (0: only at the end)"})
 
     def __post_init__(self):

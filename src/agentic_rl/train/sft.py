@@ -17,7 +17,8 @@ Algorithm:
    the health rules of ``train.monitoring`` print live warnings.
 5. Output in the run directory: ``checkpoints/`` (for ``--resume``), ``adapter/`` (LoRA weights + tokenizer),
    ``merged/`` (``merge_and_unload``: a plain model directory later stages and export start from), ``config.yaml``,
-   ``metrics.json`` and ``log_history.json``.
+   ``metrics.json`` and ``log_history.json``, and the marker ``.agentic-rl-run`` with the settings ``--resume`` checks
+   (a finished run is replaced only with ``--overwrite``); a LoRA adapter records its base in ``base_fingerprint.json``.
 
 CPU defaults: no bf16, no activation checkpointing, ``use_cpu``; on a GPU: bf16 where supported and activation
 checkpointing for models above 100M parameters. The resolved settings are printed.
@@ -103,7 +104,8 @@ class SFTConfig:
         "help": "continue from the last complete checkpoint in the run directory (same settings only; max_steps and "
                 "epochs may grow)"})
     overwrite: bool = field(default=False, metadata={
-        "help": "replace a finished or interrupted run in the run directory (without it, such a directory is an error)"})
+        "help": "replace a finished or interrupted run in the run directory (without it, such a directory is an "
+                "error)"})
     merge: bool = field(default=True, metadata={"help": "also save the merged model (<run>/merged)"})
     trust_remote_code: bool = field(default=False, metadata={"help": "allow custom model code from the Hub"})
 
