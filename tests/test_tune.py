@@ -232,6 +232,61 @@ def test_two_workers_share_one_sqlite_study(tmp_path, search="bayes"):
     assert len(_trials(tmp_path)) == n                              # and no stray trial in the study
 
 
+_DYING_WORKER = textwrap.dedent("""
+    import os, signal, sys, time
+    from pathlib import Path
+    from agentic_rl.tune import TuneConfig, optimize, parse_space
+    url, n, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+    space = parse_space({"lr": "loguniform(1e-6, 1e-4)", "r": [8, 16, 32, 64]})
+    def objective(trial, params):
+        trial_dir = out / "trials" / str(trial.number)
+        (trial_dir / "checkpoints" / "checkpoint-1").mkdir(parents=True)
+        (trial_dir / "checkpoints" / "checkpoint-1" / "model.safetensors").write_bytes(b"weights")
+        (trial_dir / "adapter").mkdir()
+        (trial_dir / "config.yaml").write_text("lr: 1\\n")
+        if trial.number == 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-trial, with weights on disk
+        time.sleep(0.3)
+        return params["lr"]
+    optimize(TuneConfig(search="random", seed=0), space, objective, url, n, trials_dir=out / "trials")
+""")
+
+
+def _assert_killed_trial_was_rerun(tmp_path: Path, n: int) -> None:
+    from optuna.trial import TrialState
+
+    trials = {t.number: t for t in _trials(tmp_path)}
+    assert trials[1].state == TrialState.FAIL
+    assert sum(t.state == TrialState.COMPLETE for t in trials.values()) == n and len(trials) == n + 1
+    retry = [t for t in trials.values() if t.user_attrs.get("retry_of") == 1]
+    assert len(retry) == 1 and retry[0].params == trials[1].params and retry[0].state == TrialState.COMPLETE
+    killed = tmp_path / "trials" / "1"
+    assert sorted(p.name for p in killed.iterdir()) == ["config.yaml"]  # weights gone, config kept
+    for number in trials:  # every other trial's folder is untouched
+        if number != 1:
+            assert (tmp_path / "trials" / str(number) / "checkpoints" / "checkpoint-1" / "model.safetensors").exists()
+
+
+def test_a_killed_worker_s_trial_is_rerun_by_the_other_worker(tmp_path):
+    n = 4
+    cmd = [sys.executable, "-c", _DYING_WORKER, _url(tmp_path), str(n), str(tmp_path)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert sorted(p.returncode for p in procs) == [-9, 0], outputs  # one worker was killed, the other finished
+    _assert_killed_trial_was_rerun(tmp_path, n)
+
+
+def test_rerunning_after_a_lone_worker_was_killed_completes_the_study(tmp_path):
+    n = 3
+    cmd = [sys.executable, "-c", _DYING_WORKER, _url(tmp_path), str(n), str(tmp_path)]
+    killed = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)  # no wait for a stale heartbeat
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "worker" in again.stderr + again.stdout and "is gone" in again.stderr + again.stdout
+    _assert_killed_trial_was_rerun(tmp_path, n)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Outputs
 # ---------------------------------------------------------------------------------------------------------------
