@@ -431,3 +431,62 @@ def test_two_sft_workers_then_the_best_yaml_reproduces_its_trial(tmp_path, tiny_
                            load_heldout(tune_config, best_cfg, 3))
     assert value == pytest.approx(best.value)
     assert json.loads((trial_dir / "tune_score.json").read_text())["accuracy"] == pytest.approx(best.value)
+
+
+_SFT_WORKER_KILLED_IN_TRIAL_0 = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from transformers import TrainerCallback
+    from agentic_rl import tune
+    from agentic_rl.cli import main
+
+    class DieAfterCheckpoint(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)  # kill -9 right after a checkpoint reached the disk
+
+    real_stage_class = tune.stage_class
+    def stage_class(stage):
+        cls, run = real_stage_class(stage)
+        def run_and_die_in_trial_0(cfg, callbacks=None):
+            if Path(cfg.output_dir).parts[-2:] == ("trials", "0"):
+                callbacks = [*(callbacks or []), DieAfterCheckpoint()]
+            return run(cfg, callbacks=callbacks)
+        return cls, run_and_die_in_trial_0
+    tune.stage_class = stage_class
+    sys.exit(main(["tune", "--config", sys.argv[1]]))
+""")
+
+
+@pytest.mark.slow
+def test_real_sft_trial_killed_mid_training_is_cleaned_and_rerun(tmp_path, tiny_model_dir):
+    """The lone worker is killed during trial 0's training; re-running the command removes that trial's
+    checkpoints, reruns its parameters as trial 1 and finishes the study, which keeps trial 1's weights
+    (keep_models)."""
+    import os
+
+    from optuna.trial import TrialState
+
+    out = tmp_path / "search"
+    spec = {"stage": "sft", "search": "random", "trials": 1, "seed": 0, "output_dir": str(out),
+            "space": {"learning_rate": "loguniform(1e-4, 1e-2)"},
+            "fixed": {"model": str(tiny_model_dir), "max_samples": 16, "batch_size": 4, "report_to": "none",
+                      "save_steps": 1},
+            "budget_steps": 2, "eval_samples": 2, "max_new_tokens": 4, "prune": False, "keep_models": True}
+    config_path = tmp_path / "tune.yaml"
+    config_path.write_text(yaml.safe_dump(spec))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    killed = subprocess.run([sys.executable, "-c", _SFT_WORKER_KILLED_IN_TRIAL_0, str(config_path)], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+    assert (out / "trials" / "0" / "checkpoints" / "checkpoint-1").is_dir()  # weights were on disk when it died
+
+    again = subprocess.run([sys.executable, "-m", "agentic_rl", "tune", "--config", str(config_path)], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    trials = {t.number: t for t in _trials(out)}
+    assert trials[0].state == TrialState.FAIL and trials[1].state == TrialState.COMPLETE and len(trials) == 2
+    assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
+    assert not any((out / "trials" / "0" / name).exists() for name in ("checkpoints", "adapter", "merged"))
+    assert (out / "trials" / "0" / "config.yaml").is_file()       # what the trial was stays readable
+    assert (out / "trials" / "1" / "adapter" / "adapter_model.safetensors").is_file()  # the finished one keeps its
+    assert "1 complete, 0 pruned of 2 trials" in (out / "report.md").read_text()
