@@ -452,9 +452,9 @@ def test_a_client_that_hangs_up_stops_its_generation(model_dir):
 
     @functools.wraps(real_forward)  # generate inspects forward's signature
     def gated_forward(*args, **kwargs):
+        calls.append(batcher.generate_calls)  # which generate call this pass belongs to
         if not permits.acquire(timeout=60):
             raise RuntimeError("no permit")
-        calls.append(batcher.generate_calls)  # which generate call this pass belongs to
         out = real_forward(*args, **kwargs)
         out.logits[..., sorted(batcher.eos_ids)] = float("-inf")
         return out
@@ -476,7 +476,7 @@ def test_a_client_that_hangs_up_stops_its_generation(model_dir):
             raw.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
             permits.release(3)
-            wait_for(lambda: len(calls) == 3, "generation did not start")
+            wait_for(lambda: len(calls) == 4, "generation did not start")  # 3 tokens made, the 4th pass waits
         # the client has gone after 3 of 400 tokens
         wait_for(lambda: jobs[0].cancelled, "the server did not notice that the client hung up")
         permits.release(3)  # one step for the cancelled row to notice, two for the next request
