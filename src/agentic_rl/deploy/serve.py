@@ -314,7 +314,7 @@ class TokenizerPool:
 
 def special_token_strings(tokenizer) -> list[str]:
     """The strings the tokenizer turns into special tokens (role markers such as ``<|im_start|>``), longest first."""
-    special = {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special}
+    special = {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special and t.content}
     return sorted(special | set(tokenizer.all_special_tokens), key=len, reverse=True)
 
 
