@@ -9,6 +9,7 @@ A reward **spec** is one string::
     module:function              my_pkg.rewards:brevity      a user reward (any importable callable)
     module:function:WEIGHT       my_pkg.rewards:brevity:0.3
     module:function(k=v):WEIGHT  my_pkg.rewards:Brevity(limit=100):0.3
+    rm:PATH[:WEIGHT]             rm:runs/rm/model:1.0        a trained reward model (= reward_model(path=PATH))
 
 The syntax is unambiguous because a weight is always the last ``:``-field and parses as a number, while a
 user reward always has a ``:`` between module and attribute (a Python name never parses as a number), and a
@@ -37,6 +38,7 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.rewards.functions import (AccuracyReward, FormatReward, LengthPenaltyReward, ProcessReward,
                                           StepReward)
 from agentic_rl.rewards.judge import JudgeReward
+from agentic_rl.rewards.reward_model import RewardModelReward
 
 __all__ = ["REWARDS", "get_reward", "load_user_reward", "parse_reward_spec", "build_rewards"]
 
@@ -47,6 +49,7 @@ REWARDS: dict[str, type] = {
     "format": FormatReward,
     "process": ProcessReward,
     "judge": JudgeReward,
+    "reward_model": RewardModelReward,
 }
 
 _PARAM_KEY_RE = re.compile(r"^[A-Za-z_]\w*$")
@@ -192,6 +195,8 @@ def build_rewards(specs: list[str] | str, defaults: dict[str, Any] | None = None
         if defaults and target in REWARDS:
             accepted = _accepted(REWARDS[target])
             params = {**{k: v for k, v in defaults.items() if k in accepted}, **params}
+        if target.startswith("rm:"):  # the reward-model shorthand: rm:PATH is reward_model(path=PATH)
+            target, params = "reward_model", {"path": target[3:], **params}
         try:
             func = load_user_reward(target, **params) if ":" in target else get_reward(target, **params)
         except ConfigError as exc:

@@ -25,6 +25,9 @@ Where this departs from the paper and from TRL's defaults (the seed's settings, 
   exist only in memory (a merged SFT adapter) they are written to ``<run>/base`` first so the reference is exactly the
   starting policy.
 
+``--algorithm rloo`` swaps the update for TRL's ``RLOOTrainer`` (leave-one-out baseline, KL folded into the reward;
+see :mod:`agentic_rl.train.rloo`) and keeps everything else here: rewards, LoRA, monitoring and metric names, outputs.
+
 Run it::
 
     agentic-rl grpo --model runs/quickstart/sft/merged --reward accuracy:1.0 --reward format:0.2
@@ -156,6 +159,8 @@ class GRPOConfig:
     bf16: bool | None = setting(None, "bfloat16 mixed precision (default: on where the GPU supports it)")
 
     # --- GRPO -----------------------------------------------------------------------------------------------------
+    algorithm: str = setting("grpo", "policy update: 'grpo' (TRL's GRPOTrainer) or 'rloo' (TRL's RLOOTrainer: "
+                             "leave-one-out baseline, see train/rloo.py)", choices=["grpo", "rloo"])
     num_generations: int | None = setting(None, "group size G: completions sampled per prompt")
     generation_batch_size: int | None = setting(None, "completions generated at once (default: batch_size x "
                                            "gradient_accumulation_steps x devices); must be a multiple of G")
@@ -293,7 +298,11 @@ class GRPOConfig:
                 raise ConfigError(f"{name} must be >= 0 (0 = off), got {getattr(self, name)}")
         if self.select_candidates is not None and self.select_candidates < 1:
             raise ConfigError(f"select_candidates must be >= 1 (or unset for all), got {self.select_candidates}")
-        _check_trl_args(self.trl_args)
+        if self.algorithm == "rloo":
+            from agentic_rl.train.rloo import check_rloo_settings
+
+            check_rloo_settings(self)
+        _check_trl_args(self.trl_args, self.algorithm)
 
 
 # TRL fields this stage sets itself: passing them through trl_args would silently fight the typed field.
@@ -307,19 +316,24 @@ _OWNED_TRL_FIELDS = {
 }
 
 
-def _check_trl_args(trl_args: dict[str, Any]) -> None:
+def _check_trl_args(trl_args: dict[str, Any], algorithm: str = "grpo") -> None:
     if not trl_args:
         return
     from trl import GRPOConfig as TRLGRPOConfig
 
-    known = {f.name for f in dataclasses.fields(TRLGRPOConfig)}
+    config_cls = TRLGRPOConfig
+    if algorithm == "rloo":
+        from agentic_rl.train.rloo import trl_config_class
+
+        config_cls = trl_config_class()
+    known = {f.name for f in dataclasses.fields(config_cls)}
     for key in trl_args:
         if key not in known:
             import difflib
 
             close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"trl_args: '{key}' is not a field of TRL's GRPOConfig{hint}")
+            raise ConfigError(f"trl_args: '{key}' is not a field of TRL's {config_cls.__name__}{hint}")
         if key in _OWNED_TRL_FIELDS:
             raise ConfigError(f"trl_args: '{key}' has its own setting in this stage; set '{key}' directly")
 
@@ -495,6 +509,10 @@ def trl_arguments(config: GRPOConfig, out: Path, reward_weights: list[float]):
         chat_template_kwargs={"enable_thinking": False},
     )
     kwargs.update(config.trl_args)
+    if config.algorithm == "rloo":
+        from agentic_rl.train.rloo import rloo_arguments
+
+        return rloo_arguments(kwargs)
     try:
         return TRLGRPOConfig(**kwargs)
     except ValueError as exc:
@@ -777,11 +795,17 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         best = read_json(out / "best" / "best.json")
         state.update(best_score=best.get(config.best_metric, best["accuracy"]), best_step=best["step"])
     monitor = _make_callback(config, out, logger, rules, heldout, tokenizer, state)
-    trainer = make_signal_trainer_class()(
-        model=model, reward_funcs=funcs, args=trl_arguments(config, out, weights), train_dataset=train,
-        processing_class=tokenizer, peft_config=peft_config_for(config), callbacks=[monitor, *(callbacks or [])],
-        refill_max_draws=config.refill_max_draws, sft_loss_weight=config.sft_loss_weight,
-        sft_demonstrations=demonstrations, seed=config.seed)
+    trainer_kwargs = dict(model=model, reward_funcs=funcs, args=trl_arguments(config, out, weights),
+                          train_dataset=train, processing_class=tokenizer, peft_config=peft_config_for(config),
+                          callbacks=[monitor, *(callbacks or [])])
+    if config.algorithm == "rloo":  # refill and the SFT anchor are GRPO-only (the config refuses them for rloo)
+        from agentic_rl.train.rloo import trainer_class
+
+        trainer = trainer_class()(**trainer_kwargs)
+    else:
+        trainer = make_signal_trainer_class()(
+            **trainer_kwargs, refill_max_draws=config.refill_max_draws, sft_loss_weight=config.sft_loss_weight,
+            sft_demonstrations=demonstrations, seed=config.seed)
     monitor.trainer = trainer
     trainable_names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     (out / "trainable_parameters.txt").write_text("\n".join(trainable_names) + "\n")

@@ -1,0 +1,65 @@
+"""RLOO (REINFORCE Leave-One-Out, Ahmadian et al. 2024) as GRPO's second algorithm: ``agentic-rl grpo --algorithm rloo``.
+
+Everything but the update is the GRPO stage's (:mod:`agentic_rl.train.grpo`): model, LoRA, data, rewards (the same
+``--reward`` specs, a reward model included), monitoring (the same ``grpo/…`` metric names in ``metrics.jsonl`` and
+TensorBoard), held-out evaluation, checkpoints and outputs. The update is TRL 1.16's ``RLOOTrainer``:
+
+* sample ``num_generations`` (k) completions per prompt; with ``beta > 0`` the KL to the reference is folded into
+  the *reward*, ``r_i ← r_i − β · KL_i`` (sequence-level, k1 estimator), instead of being a loss term as in GRPO;
+* advantage = the reward minus the mean reward of the *other* k−1 completions of the same prompt (the leave-one-out
+  baseline: unbiased, no value network); TRL's ``normalize_advantages`` (pass it through ``trl_args``) then
+  standardises the advantages over the batch;
+* loss: PPO's clipped surrogate on the *sequence* log-probability ratio, averaged over sequences.
+
+GRPO's ``loss_type`` and ``scale_rewards``, and the GRPO stage's ``refill_max_draws`` and ``sft_loss_weight`` (its
+signal trainer subclasses ``GRPOTrainer``), have no meaning here: changing them from their defaults with
+``--algorithm rloo`` is an error rather than a setting silently ignored. Difficulty selection (``select_samples``)
+happens before training and works with both. TRL's ``RLOOTrainer`` takes no
+``rollout_func`` and no ``environment_factory`` in 1.16, so multi-turn tool use (``agent-grpo``) stays GRPO-only.
+TRL no longer ships a PPO trainer; GRPO and RLOO are its on-policy RL algorithms for LLMs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentic_rl.errors import ConfigError
+
+#: GRPO settings that RLOO does not have, with their GRPO-stage defaults (a changed value is an error under RLOO):
+#: TRL's loss aggregation and reward scaling, and our signal trainer's group refill and SFT anchor (train/signal.py,
+#: built on GRPOTrainer).
+GRPO_ONLY_SETTINGS = {"loss_type": "dapo", "scale_rewards": "group", "refill_max_draws": 0, "sft_loss_weight": 0.0}
+#: Of these, the ones TRL's RLOOConfig has no field for (ours are not TRL fields at all).
+_TRL_GRPO_ONLY = ("loss_type", "scale_rewards")
+
+
+def check_rloo_settings(config: Any) -> None:
+    """A GRPO-only setting changed from its default with ``algorithm: rloo`` is a one-line :class:`ConfigError`."""
+    for name, default in GRPO_ONLY_SETTINGS.items():
+        if getattr(config, name) != default:
+            raise ConfigError(f"{name} ({getattr(config, name)!r}) is a GRPO setting; RLOO uses the leave-one-out "
+                              f"baseline (for batch-normalised advantages pass trl_args: {{normalize_advantages: "
+                              f"true}}); drop --{name.replace('_', '-')} or use --algorithm grpo")
+
+
+def trl_config_class():
+    from trl import RLOOConfig
+
+    return RLOOConfig
+
+
+def trainer_class():
+    from trl import RLOOTrainer
+
+    return RLOOTrainer
+
+
+def rloo_arguments(grpo_kwargs: dict[str, Any]):
+    """TRL's ``RLOOConfig`` from the keyword arguments the GRPO stage built for ``GRPOConfig`` (the shared fields
+    have the same names; the GRPO-only ones are dropped after :func:`check_rloo_settings` made sure they are unset)."""
+    config_cls = trl_config_class()
+    kwargs = {k: v for k, v in grpo_kwargs.items() if k not in _TRL_GRPO_ONLY}
+    try:
+        return config_cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"TRL rejected the RLOO settings: {exc}") from None
