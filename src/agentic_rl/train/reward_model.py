@@ -159,7 +159,11 @@ def pairwise_accuracy(model, tokenizer, pairs: list[dict[str, Any]], *, batch_si
     if not pairs:
         return {}
     sequences = [pair_texts(tokenizer, p.get("prompt"), p[key]) for p in pairs for key in ("chosen", "rejected")]
-    scores = score_texts(model, tokenizer, sequences, batch_size=batch_size)
+    # Each distinct sequence is scored once: the same text in two padded batches can differ in the last float bits,
+    # which would turn an exact tie (chosen == rejected) into a coin flip.
+    unique = list(dict.fromkeys(tuple(s) for s in sequences))
+    by_sequence = dict(zip(unique, score_texts(model, tokenizer, [list(s) for s in unique], batch_size=batch_size)))
+    scores = [by_sequence[tuple(s)] for s in sequences]
     chosen, rejected = scores[0::2], scores[1::2]
     n = len(pairs)
     return {"pairwise_accuracy": sum(c > r for c, r in zip(chosen, rejected)) / n,
