@@ -1,0 +1,72 @@
+"""RLOO as GRPO's second algorithm (``--algorithm rloo``, TRL's RLOOTrainer): GRPO-only settings are refused, TRL
+fields are checked against RLOOConfig, and two real steps on the micro model use the leave-one-out baseline (visible
+in the logged advantages) with its metrics reaching TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from agentic_rl.config import config_from_dict
+from agentic_rl.errors import ConfigError
+from agentic_rl.train.grpo import GRPOConfig
+
+ALTERNATING = '''
+def alternating(completions, **kwargs):
+    """1, 0, 1, 0, ...: within each group of two one completion is rewarded."""
+    return [float(i % 2 == 0) for i in range(len(completions))]
+'''
+
+
+@pytest.fixture()
+def alternating_reward(tmp_path):
+    (tmp_path / "rloo_alternating.py").write_text(textwrap.dedent(ALTERNATING))
+    sys.path.insert(0, str(tmp_path))
+    yield "rloo_alternating:alternating"
+    sys.path.remove(str(tmp_path))
+    sys.modules.pop("rloo_alternating", None)
+
+
+def test_grpo_only_settings_and_unknown_trl_fields_are_refused_under_rloo():
+    with pytest.raises(ConfigError, match="loss_type \\('grpo'\\) is a GRPO setting"):
+        GRPOConfig(model="m", algorithm="rloo", loss_type="grpo")
+    with pytest.raises(ConfigError, match="scale_rewards \\('none'\\) is a GRPO setting"):
+        GRPOConfig(model="m", algorithm="rloo", scale_rewards="none")
+    assert GRPOConfig(model="m", algorithm="rloo", trl_args={"normalize_advantages": True}).algorithm == "rloo"
+    with pytest.raises(ConfigError, match="not a field of TRL's GRPOConfig"):
+        GRPOConfig(model="m", trl_args={"normalize_advantages": True})
+    with pytest.raises(ConfigError, match="not a field of TRL's RLOOConfig"):
+        GRPOConfig(model="m", algorithm="rloo", trl_args={"top_entropy_quantile": 0.2})
+    with pytest.raises(ConfigError, match="must be one of grpo, rloo"):
+        config_from_dict(GRPOConfig, {"model": "m", "algorithm": "ppo"})
+
+
+def test_rloo_trains_two_steps_with_leave_one_out_advantages_and_tensorboard_metrics(tiny_model_dir, tmp_path,
+                                                                                    alternating_reward):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from trl import RLOOConfig
+
+    from agentic_rl.train.grpo import run, trl_arguments
+
+    out = tmp_path / "rloo"
+    cfg = config_from_dict(GRPOConfig, dict(
+        model=str(tiny_model_dir), output_dir=str(out), algorithm="rloo", max_steps=2, num_generations=2,
+        batch_size=4, max_completion_length=6, max_train_samples=8, heldout_every=0, save_steps=2,
+        learning_rate=0.05, beta=0.0, report_to=["tensorboard"], completions_every=1, completions_per_log=4,
+        rewards=[f"{alternating_reward}:1.0"]))
+    assert isinstance(trl_arguments(cfg, out, [1.0]), RLOOConfig)
+    result = run(cfg)
+    assert result["steps"] == 2
+    # Leave-one-out: with rewards (1, 0) in a group of two the advantages are exactly +1 and -1 (GRPO's group-std
+    # scaling would give ±0.707).
+    rows = [json.loads(x) for x in (out / "completions.jsonl").read_text().splitlines()]
+    assert {r["step"] for r in rows} == {1, 2} and sorted({r["advantage"] for r in rows}) == [-1.0, 1.0]
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"grpo/reward", "grpo/reward/alternating", "train/loss", "grpo/entropy"} <= tags
+    assert [e.step for e in events.Scalars("grpo/reward")] == [1, 2]
+    assert [e.value for e in events.Scalars("grpo/reward/alternating")] == [0.5, 0.5]
