@@ -1,0 +1,148 @@
+"""The embedded RLAIF ladder: SFT -> preferences -> reward model -> GRPO with the learned reward, beside GRPO with the
+verifiable reward, both evaluated on the same held-out problems. No network.
+
+    .venv/bin/python benchmarks/rlaif_ladder.py --sft-model runs/quickstart/sft/merged --out runs/rlaif-seed0
+
+Steps (each a stage function, outputs under --out):
+
+1. ``preferences/``: the SFT model samples ``--k`` completions for each of ``--prompts`` training prompts; the judge
+   (``--judge``, default the verifier ``accuracy:1.0`` plus ``format:0.2`` so that a weak model's prompts with no
+   right answer still rank a well-formed attempt above a malformed one) scores them; best vs worst become a pair.
+2. ``reward-model/``: a reward model trained on those pairs; its held-out pairwise accuracy is printed.
+3. ``grpo-rm/`` and ``grpo-verifier/``: GRPO from the SFT model with identical settings; the first is trained on the
+   reward model alone, the second on the verifier alone. Each run also *computes* the other reward at weight 0
+   (logged, never trained on), so both runs show the reward-model score and the verifier accuracy of their samples
+   over training: a learned reward that is hacked shows as a rising reward-model score with a falling accuracy.
+4. ``eval/``: ``agentic-rl eval`` of SFT, GRPO(rm) and GRPO(verifier) on the same ``--eval-samples`` test problems,
+   greedy.
+
+The SFT model should get a few percent right (the full ``agentic-rl quickstart`` SFT does); with one that gets
+nothing right every preference pair is a formatting judgement only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+from agentic_rl.config import config_from_dict
+from agentic_rl.data.preferences import PreferencesConfig
+from agentic_rl.data.preferences import run as run_preferences
+from agentic_rl.eval.evaluate import EvalConfig
+from agentic_rl.eval.evaluate import run as run_eval
+from agentic_rl.train.grpo import GRPOConfig
+from agentic_rl.train.grpo import run as run_grpo
+from agentic_rl.train.reward_model import RewardModelConfig
+from agentic_rl.train.reward_model import run as run_reward_model
+from agentic_rl.utils import free_memory, read_jsonl, write_json
+
+
+def _mean(values: list[float]) -> float:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def training_curve(run_dir: Path) -> dict[str, list[float]]:
+    """Per-step mean reward-model score and verifier accuracy of the samples GRPO trained on."""
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "grpo/reward/reward_model" in r]
+    return {"step": [r["step"] for r in rows], "rm": [r["grpo/reward/reward_model"] for r in rows],
+            "accuracy": [r.get("grpo/reward/accuracy") for r in rows]}
+
+
+def thirds(values: list[float]) -> tuple[float, float]:
+    """Mean of the first and of the last third of a curve (the per-step values are noisy)."""
+    n = max(1, len(values) // 3)
+    return _mean(values[:n]), _mean(values[-n:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sft-model", required=True, help="the SFT model directory (e.g. runs/quickstart/sft/merged)")
+    parser.add_argument("--out", default="runs/rlaif-ladder")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--system-prompt", default="", help="as the SFT stage used ('' for the embedded quickstart)")
+    parser.add_argument("--prompts", type=int, default=256, help="training prompts for the preference data")
+    parser.add_argument("--k", type=int, default=4, help="completions sampled per prompt")
+    parser.add_argument("--judge", nargs="+", default=["accuracy:1.0", "format:0.2"])
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--rm-epochs", type=float, default=2.0)
+    parser.add_argument("--rm-lr", type=float, default=1e-4)
+    parser.add_argument("--grpo-steps", type=int, default=30)
+    parser.add_argument("--grpo-batch", type=int, default=32, help="completions per step")
+    parser.add_argument("--grpo-lr", type=float, default=3e-5)
+    parser.add_argument("--eval-samples", type=int, default=200)
+    args = parser.parse_args()
+
+    out = Path(args.out)
+    started = time.time()
+    timings: dict[str, float] = {}
+
+    def timed(name, fn, *a):
+        t = time.time()
+        result = fn(*a)
+        timings[name] = round(time.time() - t, 1)
+        free_memory()
+        return result
+
+    common = {"seed": args.seed, "system_prompt": args.system_prompt}
+    pref = timed("preferences", run_preferences, config_from_dict(PreferencesConfig, dict(
+        model=args.sft_model, max_samples=args.prompts, num_samples=args.k, temperature=1.0,
+        max_new_tokens=args.max_new_tokens, judge=args.judge, output_dir=str(out / "preferences"), **common)))
+    rm = timed("reward_model", run_reward_model, config_from_dict(RewardModelConfig, dict(
+        model=args.sft_model, dataset=pref["pairs_path"], full=True, learning_rate=args.rm_lr, epochs=args.rm_epochs,
+        batch_size=8, heldout_fraction=0.2, output_dir=str(out / "reward-model"), seed=args.seed, logging_steps=5)))
+    rm_spec = f"reward_model(path={rm['model_dir']})"
+
+    grpo_common = dict(model=args.sft_model, preset="tiny", full=True, learning_rate=args.grpo_lr,
+                       max_steps=args.grpo_steps, batch_size=args.grpo_batch, num_generations=8,
+                       max_completion_length=args.max_new_tokens, temperature=1.0, heldout_every=0,
+                       save_steps=args.grpo_steps, completions_every=10, **common)
+    # Same settings; each run computes the other's reward at weight 0 (logged, not trained on).
+    runs = {"grpo_rm": [f"{rm_spec}:1.0", "accuracy:0.0"], "grpo_verifier": ["accuracy:1.0", f"{rm_spec}:0.0"]}
+    grpo = {}
+    for name, rewards in runs.items():
+        grpo[name] = timed(name, run_grpo, config_from_dict(GRPOConfig, dict(
+            grpo_common, rewards=rewards, output_dir=str(out / name.replace("_", "-")))))
+
+    models = [args.sft_model, grpo["grpo_rm"]["model_dir"], grpo["grpo_verifier"]["model_dir"]]
+    ev = timed("eval", run_eval, config_from_dict(EvalConfig, dict(
+        models=models, dataset="synthetic", split="test", max_samples=args.eval_samples, seed=0,
+        max_new_tokens=args.max_new_tokens, system_prompt=args.system_prompt, output_dir=str(out / "eval"))))
+    by_path = ev["models"]
+
+    # --- table ---------------------------------------------------------------------------------------------------
+    rm_metrics = rm["metrics"]
+    stats = pref["stats"]
+    print(f"\nRLAIF ladder, seed {args.seed}, SFT model {args.sft_model}")
+    print(f"preferences: {stats['pairs']} pairs from {stats['prompts']} prompts x {args.k} samples "
+          f"({stats['skipped_ties']} prompts tied), judge {' + '.join(args.judge)}")
+    print(f"reward model: held-out pairwise accuracy {rm_metrics['eval/pairwise_accuracy']:.1%} on "
+          f"{rm_metrics['heldout_pairs']} pairs (before training {rm_metrics['eval/pairwise_accuracy_start']:.1%})")
+    print(f"\n{'model':<16} {'held-out acc':>12} {'format':>7} | {'RM score first->last third':>27} "
+          f"{'sample acc first->last third':>30}")
+    summary = {"seed": args.seed, "preferences": stats, "reward_model": rm_metrics, "models": {}}
+    for name, path in zip(("sft", "grpo_rm", "grpo_verifier"), models):
+        m = by_path[path]
+        row = {"accuracy": m["accuracy_strict"], "format_rate": m["format_rate"]}
+        curve_text = ""
+        if name != "sft":
+            curve = training_curve(Path(grpo[name]["model_dir"]).parent)
+            (rm0, rm1), (acc0, acc1) = thirds(curve["rm"]), thirds(curve["accuracy"])
+            row.update(rm_first=rm0, rm_last=rm1, sample_acc_first=acc0, sample_acc_last=acc1,
+                       hacked=rm1 > rm0 and acc1 < acc0, curve=curve)
+            curve_text = f"{rm0:>12.3f} -> {rm1:<12.3f} {acc0:>14.1%} -> {acc1:<13.1%}"
+        print(f"{name:<16} {row['accuracy']:>12.1%} {row['format_rate']:>7.1%} | {curve_text}")
+        summary["models"][name] = row
+    hacked = summary["models"]["grpo_rm"]["hacked"]
+    print(f"\nreward hacking of the learned reward (RM score up while verifier accuracy of the samples falls): "
+          f"{'YES' if hacked else 'no'}")
+    summary["timings_s"] = {**timings, "total": round(time.time() - started, 1)}
+    print(f"wall time: {summary['timings_s']}")
+    write_json(out / "summary.json", summary)
+    print(f"summary: {out / 'summary.json'}")
+
+
+if __name__ == "__main__":
+    main()
