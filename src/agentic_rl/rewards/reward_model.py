@@ -16,6 +16,8 @@ the same completion always gets the same score.
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -25,7 +27,8 @@ __all__ = ["RewardModelReward", "load_reward_model", "score_texts", "render_conv
 
 
 def load_reward_model(path: str | Path, *, device: str | None = None):
-    """``(model, tokenizer)`` of a saved reward model, in eval mode on ``device`` (default: the GPU when present)."""
+    """``(model, tokenizer)`` of a saved reward model, in eval mode on ``device`` (default: this process's GPU,
+    ``cuda:$LOCAL_RANK``, when there is one, else the CPU)."""
     from transformers import AutoModelForSequenceClassification
 
     from agentic_rl.models.loading import load_tokenizer, resolve_device, resolve_dtype
@@ -35,6 +38,8 @@ def load_reward_model(path: str | Path, *, device: str | None = None):
         raise ConfigError(f"reward model {path} is not a model directory (no config.json); pass the model folder "
                           f"`agentic-rl reward-model` wrote (<run>/model)")
     device = resolve_device(device)
+    if device == "cuda":  # one training process per GPU: score on this process's GPU, as the policy does
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
     try:
         model = AutoModelForSequenceClassification.from_pretrained(
             str(path), dtype=resolve_dtype("auto", device, for_training=False))
@@ -46,6 +51,13 @@ def load_reward_model(path: str | Path, *, device: str | None = None):
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     return model.to(device).eval(), tokenizer
+
+
+@functools.lru_cache(maxsize=2)
+def _shared_reward_model(path: str, device: str | None):
+    """One loaded copy per (folder, device) in a process: GRPO builds its rewards again for every held-out
+    evaluation, and a reward model is read-only, so the copies would only cost load time and memory."""
+    return load_reward_model(path, device=device)
 
 
 def render_conversation(tokenizer, messages: list[dict[str, str]]) -> list[int]:
@@ -116,7 +128,7 @@ class RewardModelReward:
         self.batch_size = int(batch_size)
         if self.batch_size < 1:
             raise ConfigError(f"reward_model: batch_size ({batch_size}) must be >= 1")
-        self.model, self.tokenizer = load_reward_model(self.path, device=device)
+        self.model, self.tokenizer = _shared_reward_model(str(Path(self.path).resolve()), device)
         self.__name__ = name
 
     def __call__(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **kwargs: Any
