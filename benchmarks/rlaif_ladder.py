@@ -2,8 +2,13 @@
 verifiable reward, both evaluated on the same held-out problems. No network.
 
     .venv/bin/python benchmarks/rlaif_ladder.py --sft-model runs/quickstart/sft/merged --out runs/rlaif-seed0
+    .venv/bin/python benchmarks/rlaif_ladder.py --seed 1     # builds its own small SFT model first (MINI_BASE)
 
 Steps (each a stage function, outputs under --out):
+
+0. Without ``--sft-model``: the embedded pipeline's pretrain + SFT at the size of :data:`MINI_BASE` (the micro model,
+   a few minutes on one core) into ``runs/rlaif-base-seed<N>``; it gets only ~1-2 % of the test problems right, so
+   most preference pairs rank formatting; the full ``agentic-rl quickstart`` SFT is the stronger start.
 
 1. ``preferences/``: the SFT model samples ``--k`` completions for each of ``--prompts`` training prompts; the judge
    (``--judge``, default the verifier ``accuracy:1.0`` plus ``format:0.2`` so that a weak model's prompts with no
@@ -32,11 +37,23 @@ from agentic_rl.data.preferences import PreferencesConfig
 from agentic_rl.data.preferences import run as run_preferences
 from agentic_rl.eval.evaluate import EvalConfig
 from agentic_rl.eval.evaluate import run as run_eval
+from agentic_rl.pipeline import PipelineConfig, run_pipeline
 from agentic_rl.train.grpo import GRPOConfig
 from agentic_rl.train.grpo import run as run_grpo
 from agentic_rl.train.reward_model import RewardModelConfig
 from agentic_rl.train.reward_model import run as run_reward_model
 from agentic_rl.utils import free_memory, read_jsonl, write_json
+
+
+#: The small SFT model built when no --sft-model is given: the smoke quickstart's micro model, trained longer.
+MINI_BASE = {
+    "model": "embedded", "dataset": "synthetic", "system_prompt": "", "stages": ["pretrain", "sft"],
+    "evaluate_stages": False,
+    "pretrain": {"model_preset": "micro", "corpus_lines": 2000, "vocab_size": 512, "max_steps": 60, "batch_size": 8,
+                 "seq_length": 64},
+    "sft": {"full": True, "learning_rate": 1e-3, "max_steps": 300, "batch_size": 16, "synthetic_train_size": 4000,
+            "logging_steps": 20, "save_steps": 300},
+}
 
 
 def _mean(values: list[float]) -> float:
@@ -59,7 +76,8 @@ def thirds(values: list[float]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sft-model", required=True, help="the SFT model directory (e.g. runs/quickstart/sft/merged)")
+    parser.add_argument("--sft-model", help="the SFT model directory (e.g. runs/quickstart/sft/merged); default: "
+                        "build MINI_BASE into runs/rlaif-base-seed<seed>")
     parser.add_argument("--out", default="runs/rlaif-ladder")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--system-prompt", default="", help="as the SFT stage used ('' for the embedded quickstart)")
@@ -86,6 +104,10 @@ def main() -> None:
         free_memory()
         return result
 
+    if not args.sft_model:
+        name = f"rlaif-base-seed{args.seed}"
+        timed("base", run_pipeline, config_from_dict(PipelineConfig, {**MINI_BASE, "name": name, "seed": args.seed}))
+        args.sft_model = str(Path("runs") / name / "sft" / "merged")
     common = {"seed": args.seed, "system_prompt": args.system_prompt}
     pref = timed("preferences", run_preferences, config_from_dict(PreferencesConfig, dict(
         model=args.sft_model, max_samples=args.prompts, num_samples=args.k, temperature=1.0,
