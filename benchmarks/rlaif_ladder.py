@@ -42,7 +42,7 @@ from agentic_rl.train.grpo import GRPOConfig
 from agentic_rl.train.grpo import run as run_grpo
 from agentic_rl.train.reward_model import RewardModelConfig
 from agentic_rl.train.reward_model import run as run_reward_model
-from agentic_rl.utils import free_memory, read_jsonl, write_json
+from agentic_rl.utils import free_memory, read_json, read_jsonl, write_json
 
 
 #: The small SFT model built when no --sft-model is given: the smoke quickstart's micro model, trained longer.
@@ -91,7 +91,12 @@ def main() -> None:
     parser.add_argument("--grpo-batch", type=int, default=32, help="completions per step")
     parser.add_argument("--grpo-lr", type=float, default=3e-5)
     parser.add_argument("--eval-samples", type=int, default=200)
+    parser.add_argument("--report", nargs="+", metavar="SUMMARY.json",
+                        help="print the tables of finished runs (and their mean) instead of running")
     args = parser.parse_args()
+    if args.report:
+        report(args.report)
+        return
 
     out = Path(args.out)
     started = time.time()
@@ -134,37 +139,68 @@ def main() -> None:
         max_new_tokens=args.max_new_tokens, system_prompt=args.system_prompt, output_dir=str(out / "eval"))))
     by_path = ev["models"]
 
-    # --- table ---------------------------------------------------------------------------------------------------
-    rm_metrics = rm["metrics"]
-    stats = pref["stats"]
-    print(f"\nRLAIF ladder, seed {args.seed}, SFT model {args.sft_model}")
-    print(f"preferences: {stats['pairs']} pairs from {stats['prompts']} prompts x {args.k} samples "
-          f"({stats['skipped_ties']} prompts tied), judge {' + '.join(args.judge)}")
+    # --- summary and table ---------------------------------------------------------------------------------------
+    summary = {"seed": args.seed, "sft_model": args.sft_model, "judge": list(args.judge), "k": args.k,
+               "samples_per_step": args.grpo_batch, "preferences": pref["stats"], "reward_model": rm["metrics"],
+               "models": {}}
+    for name, path in zip(("sft", "grpo_rm", "grpo_verifier"), models):
+        m = by_path[path]
+        row = {"accuracy": m["accuracy_strict"], "format_rate": m["format_rate"]}
+        if name != "sft":
+            row["curve"] = training_curve(Path(grpo[name]["model_dir"]).parent)
+        summary["models"][name] = row
+    summary["timings_s"] = {**timings, "total": round(time.time() - started, 1)}
+    write_json(out / "summary.json", summary)
+    print_table(summary)
+    print(f"summary: {out / 'summary.json'}")
+
+
+def hacking_verdict(curve: dict[str, list[float]], samples_per_step: int) -> str:
+    """Was the learned reward hacked? Its score rose from the first to the last third of training while the
+    verifier accuracy of the same samples fell by more than two standard errors (two-proportion, pooled)."""
+    (rm0, rm1), (acc0, acc1) = thirds(curve["rm"]), thirds(curve["accuracy"])
+    n = max(1, len(curve["accuracy"]) // 3) * samples_per_step
+    p = (acc0 + acc1) / 2
+    se = math.sqrt(max(2 * p * (1 - p) / n, 1e-12))
+    if not rm1 > rm0:
+        return "no: the reward-model score did not rise"
+    if acc0 - acc1 > 2 * se:
+        return f"YES: RM score {rm0:.3f} -> {rm1:.3f} while sample accuracy fell {acc0:.1%} -> {acc1:.1%}"
+    return (f"no: RM score {rm0:.3f} -> {rm1:.3f}, sample accuracy {acc0:.1%} -> {acc1:.1%} (a change within "
+            f"2 standard errors, {2 * se:.1%}, is noise)")
+
+
+def print_table(summary: dict) -> None:
+    rm_metrics, stats = summary["reward_model"], summary["preferences"]
+    print(f"\nRLAIF ladder, seed {summary['seed']}, SFT model {summary.get('sft_model')}")
+    print(f"preferences: {stats['pairs']} pairs from {stats['prompts']} prompts x {summary.get('k', 4)} samples "
+          f"({stats['skipped_ties']} prompts tied), judge {' + '.join(stats['judge'])}")
     print(f"reward model: held-out pairwise accuracy {rm_metrics['eval/pairwise_accuracy']:.1%} on "
           f"{rm_metrics['heldout_pairs']} pairs (before training {rm_metrics['eval/pairwise_accuracy_start']:.1%})")
     print(f"\n{'model':<16} {'held-out acc':>12} {'format':>7} | {'RM score first->last third':>27} "
           f"{'sample acc first->last third':>30}")
-    summary = {"seed": args.seed, "preferences": stats, "reward_model": rm_metrics, "models": {}}
-    for name, path in zip(("sft", "grpo_rm", "grpo_verifier"), models):
-        m = by_path[path]
-        row = {"accuracy": m["accuracy_strict"], "format_rate": m["format_rate"]}
+    for name, row in summary["models"].items():
         curve_text = ""
-        if name != "sft":
-            curve = training_curve(Path(grpo[name]["model_dir"]).parent)
-            (rm0, rm1), (acc0, acc1) = thirds(curve["rm"]), thirds(curve["accuracy"])
-            row.update(rm_first=rm0, rm_last=rm1, sample_acc_first=acc0, sample_acc_last=acc1,
-                       hacked=rm1 > rm0 and acc1 < acc0, curve=curve)
+        if "curve" in row:
+            (rm0, rm1), (acc0, acc1) = thirds(row["curve"]["rm"]), thirds(row["curve"]["accuracy"])
             curve_text = f"{rm0:>12.3f} -> {rm1:<12.3f} {acc0:>14.1%} -> {acc1:<13.1%}"
         print(f"{name:<16} {row['accuracy']:>12.1%} {row['format_rate']:>7.1%} | {curve_text}")
-        summary["models"][name] = row
-    hacked = summary["models"]["grpo_rm"]["hacked"]
-    print(f"\nreward hacking of the learned reward (RM score up while verifier accuracy of the samples falls): "
-          f"{'YES' if hacked else 'no'}")
-    summary["timings_s"] = {**timings, "total": round(time.time() - started, 1)}
-    print(f"wall time: {summary['timings_s']}")
-    write_json(out / "summary.json", summary)
-    print(f"summary: {out / 'summary.json'}")
+    verdict = hacking_verdict(summary["models"]["grpo_rm"]["curve"], summary.get("samples_per_step", 32))
+    print(f"\nreward hacking of the learned reward: {verdict}")
+    print(f"wall time (s): {summary['timings_s']}")
 
+
+def report(paths: list[str]) -> None:
+    """Print the table of each summary.json and the means over them (several seeds)."""
+    summaries = [read_json(p) for p in paths]
+    for summary in summaries:
+        print_table(summary)
+    if len(summaries) > 1:
+        print(f"\nmean over {len(summaries)} runs (seeds {', '.join(str(s['seed']) for s in summaries)}):")
+        rm_acc = _mean([s["reward_model"]["eval/pairwise_accuracy"] for s in summaries])
+        print(f"  reward model held-out pairwise accuracy {rm_acc:.1%}")
+        for name in ("sft", "grpo_rm", "grpo_verifier"):
+            print(f"  {name:<16} held-out accuracy {_mean([s['models'][name]['accuracy'] for s in summaries]):.1%}")
 
 if __name__ == "__main__":
     main()
