@@ -13,7 +13,8 @@ A reward **spec** is one string::
 
 The syntax is unambiguous because a weight is always the last ``:``-field and parses as a number, while a
 user reward always has a ``:`` between module and attribute (a Python name never parses as a number), and a
-built-in name never contains ``:``. Parameter values are read as YAML scalars (``0.01``, ``true``, ``lenient``,
+built-in name never contains ``:``; the prefix ``rm:`` is reserved for the reward-model shorthand (a user module
+named ``rm`` is out of reach). Parameter values are read as YAML scalars (``0.01``, ``true``, ``lenient``,
 ``null``; quote a value holding ``,`` or ``: ``, e.g. ``rubric="Correct, concise"``). A user target that is a
 class is instantiated with the parameters; a function given parameters gets them bound as keyword arguments. Any
 mistake is a :class:`ConfigError` that names the spec.
