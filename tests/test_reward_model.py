@@ -146,6 +146,18 @@ def test_reward_model_trains_two_steps_and_reports_held_out_accuracy_of_the_save
     assert not torch.allclose(base[key], merged[key])
 
 
+def test_a_finished_reward_model_run_is_kept_unless_overwrite(trained_rm):
+    import dataclasses
+
+    from agentic_rl.train.reward_model import run
+
+    cfg, result = trained_rm
+    before = (Path(result["model_dir"]) / "model.safetensors").read_bytes()
+    with pytest.raises(ConfigError, match="already holds a finished reward-model run"):
+        run(dataclasses.replace(cfg, max_steps=1))
+    assert (Path(result["model_dir"]) / "model.safetensors").read_bytes() == before
+
+
 def test_reward_model_reward_is_batched_finite_and_deterministic(trained_rm):
     from agentic_rl.rewards import build_rewards
 

@@ -13,7 +13,7 @@ Output in the run directory (default ``runs/preferences``):
                     chosen_score, rejected_score, question, ground_truth — what ``agentic-rl reward-model`` reads
     samples.jsonl   every sampled completion with its score (to inspect the judge)
     stats.json      prompts, samples, pairs, prompts skipped as ties, mean best / worst score
-    config.yaml     the resolved settings
+    config.yaml     the resolved settings (an earlier run's pairs are replaced only with ``--overwrite``)
 
 Run: ``agentic-rl preferences --model runs/sft/merged --num-samples 4 --judge accuracy``
 """
@@ -27,7 +27,10 @@ from typing import Any
 
 from agentic_rl.config import format_config, save_config, setting
 from agentic_rl.errors import ConfigError
-from agentic_rl.utils import log, run_dir, set_seed, write_json, write_jsonl
+from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.utils import log, set_seed, write_json, write_jsonl
+
+PREFERENCES_OUTPUTS = ("pairs.jsonl", "samples.jsonl", "stats.json")
 
 
 @dataclass
@@ -52,6 +55,8 @@ class PreferencesConfig:
     min_margin: float = setting(0.0, "keep a pair only when best - worst score exceeds this (0: drop exact ties)")
     output_dir: str | None = setting(None, "run directory (default runs/preferences)")
     seed: int = setting(0, "random seed (prompt draw, sampling)")
+    overwrite: bool = setting(False, "replace the pairs of an earlier run in the run directory (without it, such a "
+                              "directory is an error)")
 
     def __post_init__(self) -> None:
         if self.num_samples < 2:
@@ -129,6 +134,8 @@ def run(config: PreferencesConfig) -> dict[str, Any]:
     if not config.model:
         raise ConfigError("model is required: the model that writes the candidates (--model runs/sft/merged)")
     start = time.time()
+    out = stage_path(config.output_dir, "preferences")
+    check_stage_dir(out, config, stage="preferences", finished="stats.json", checkpoints=out)
     set_seed(config.seed)
     # Everything is loaded and checked before anything is written.
     funcs, weights = build_rewards(list(config.judge))
@@ -169,7 +176,7 @@ def run(config: PreferencesConfig) -> dict[str, Any]:
              "mean_chosen_score": sum(best_scores) / len(pairs) if pairs else None,
              "mean_rejected_score": sum(worst_scores) / len(pairs) if pairs else None,
              "judge": list(config.judge), "wall_time_s": round(time.time() - start, 1)}
-    out = run_dir(config.output_dir, "preferences")
+    claim_stage_dir(out, config, stage="preferences", stale=PREFERENCES_OUTPUTS, resuming=False)
     print(format_config(config, "preferences"), flush=True)
     save_config(config, out / "config.yaml")
     pairs_path = write_jsonl(out / "pairs.jsonl", pairs)

@@ -18,7 +18,8 @@ Algorithm (the Bradley-Terry reward model of InstructGPT, as TRL 1.16 implements
    (:mod:`agentic_rl.rewards.reward_model`).
 5. Output in the run directory: ``merged/`` (the reward model: LoRA merged into it, loadable with
    ``AutoModelForSequenceClassification``; the stage's model folder), ``adapter/`` for LoRA runs, ``config.yaml``,
-   ``metrics.json``, ``log_history.json``, ``checkpoints/``.
+   ``metrics.json``, ``log_history.json``, ``checkpoints/`` (for ``--resume``); a finished run is replaced only with
+   ``--overwrite`` (``agentic_rl.runs``).
 
 Use it as a GRPO reward: ``agentic-rl grpo --model runs/sft/merged --reward 'reward_model(path=runs/reward-model/merged)'``
 (or ``--reward rm:runs/reward-model/merged``).
@@ -36,7 +37,11 @@ from typing import Any
 
 from agentic_rl.config import format_config, save_config, setting
 from agentic_rl.errors import ConfigError, DataError
-from agentic_rl.utils import has_gpu, log, read_jsonl, run_dir, set_seed, supports_bf16, write_json
+from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.utils import has_gpu, log, read_jsonl, set_seed, supports_bf16, write_json
+
+#: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
+REWARD_MODEL_OUTPUTS = ("checkpoints", "adapter", "merged", "metrics.json", "log_history.json", "tensorboard")
 
 
 @dataclass
@@ -68,6 +73,9 @@ class RewardModelConfig:
     logging_steps: int = setting(10, "log loss / accuracy / margin every N steps")
     save_steps: int = setting(500, "checkpoint every N steps")
     save_total_limit: int = setting(1, "keep at most N checkpoints")
+    resume: bool = setting(False, "continue from the last complete checkpoint in the run directory (same settings)")
+    overwrite: bool = setting(False, "replace a finished or interrupted run in the run directory (without it, such a "
+                              "directory is an error)")
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.heldout_fraction <= 0.5:
@@ -252,14 +260,18 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     from agentic_rl.train.monitoring import HealthCallback, logging_callbacks, resolve_report_to
 
     start = time.time()
+    out = stage_path(config.output_dir, "reward-model")
+    print(format_config(config, "reward-model"), flush=True)
+    # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
+    checkpoint = check_stage_dir(out, config, stage="reward-model", finished="metrics.json",
+                                 checkpoints=out / "checkpoints")
     # Everything is validated and loaded before the run directory is touched.
     rows, conversational = load_pairs(config.dataset)
     train_rows, heldout_rows = split_pairs(rows, config)
     set_seed(config.seed)
     model, tokenizer = load_reward_base(config, conversational=conversational)
 
-    out = run_dir(config.output_dir, "reward-model")
-    print(format_config(config, "reward-model"), flush=True)
+    claim_stage_dir(out, config, stage="reward-model", stale=REWARD_MODEL_OUTPUTS, resuming=checkpoint is not None)
     save_config(config, out / "config.yaml")
     report = resolve_report_to(config.report_to, out)
     report_rest, log_callbacks = logging_callbacks(report, out)
@@ -276,7 +288,7 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
         f"{len(heldout_rows)} held out; {'full fine-tuning' if config.full else f'LoRA r={config.lora_r}'}, "
         f"trainable {n_train:,} of {n_total:,}; held-out pairwise accuracy before training "
         f"{before.get('pairwise_accuracy', float('nan')):.1%}")
-    train_out = trainer.train()
+    train_out = trainer.train(resume_from_checkpoint=checkpoint)
 
     # --- save: adapter (LoRA), merged reward model --------------------------------------------------------------
     policy = trainer.model
@@ -303,6 +315,7 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
         "train/last_loss": losses[-1] if losses else None,
         "train/last_accuracy": train_acc[-1] if train_acc else None,
         "global_step": trainer.state.global_step,
+        "resumed_from": checkpoint,
         "train_pairs": len(train_rows),
         "heldout_pairs": len(heldout_rows),
         "trainable_parameters": n_train,
