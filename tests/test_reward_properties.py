@@ -1,6 +1,7 @@
 """Property-based tests: every reward returns one finite float per completion and never raises, on thousands of
 random and adversarial strings (and 1 MB inputs, each scored in well under a second); extraction is
-self-consistent and cannot be gamed by stating a second, different final answer."""
+self-consistent and cannot be gamed by stating a second, different final answer, nor by a final answer that offers
+several candidates (alternatives, lists, ranges, ±, sequences, an expression plus another number)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,51 @@ def test_extraction_is_self_consistent_and_cannot_be_hedged(text):
         hedged = f"{text}\nFinal Answer: {other:.17g}"
         assert extract_answer(hedged) is None
         assert not is_correct(hedged, strict) and not is_correct(hedged, f"{other:.17g}")
+
+
+def _written(value: int, style: str) -> str:
+    """One number as a model might write it."""
+    if style == "dollars":
+        return f"${value}" if value >= 0 else f"-${-value}"
+    if style == "thousands":
+        return f"{value:,}"
+    if style == "decimal":
+        return f"{value}.5"
+    return str(value)
+
+
+# Connectors that make several numbers candidates for one answer.
+HEDGE_JOINS = [" or ", ", ", "; ", " | ", " / ", "-", " - ", "–", " to ", " through ", " and ", " or maybe ",
+               " ± ", "±", " +/- ", " \\pm ", " plus or minus ", " ", " + ", " (or ", " apples or ", " apples, "]
+HEDGE_LINES = [
+    "Final Answer: {h}", "**Final Answer:** {h}", "The final answer is {h}.", "final answer = {h}",
+    "Final Answer: \\boxed{{{h}}}", "Final Answer: {a} + {b} = {h}", "Final Answer: either {h}",
+    "Final Answer: between {h}", "#### {h}", "\\boxed{{{h}}}", "Final Answer:\n{h}",
+]
+LENIENT_LINES = ["the answer is {h}", "so it is {h} apples", "{h}"]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(truth=st.integers(-10**6, 10**6), others=st.lists(st.integers(-10**6, 10**6), min_size=1, max_size=3),
+       position=st.integers(0, 3), join=st.sampled_from(HEDGE_JOINS),
+       style=st.sampled_from(["plain", "dollars", "thousands", "decimal"]),
+       line=st.sampled_from(HEDGE_LINES + LENIENT_LINES),
+       reasoning=st.sampled_from(["", "48 / 2 = 24\n48 + 24 = 72\n", "Let me think.\n"]))
+def test_hedged_answers_containing_the_truth_score_zero(truth, others, position, join, style, line, reasoning):
+    written_truth = _written(truth, style)
+    candidates = [_written(o, style) for o in others if _written(o, style) != written_truth]
+    if not candidates:
+        candidates = [_written(truth + 1, style)]
+    candidates.insert(min(position, len(candidates)), written_truth)
+    hedge = join.join(candidates)
+    if join == " (or ":
+        hedge += ")"
+    text = reasoning + line.format(h=hedge, a=3, b=4)
+    ground_truth = written_truth.replace("$", "").replace(",", "")
+    for mode in ("strict", "lenient"):
+        assert not is_correct(text, ground_truth, mode=mode), (mode, text)
+        assert extract_answer(text, mode=mode) is None, (mode, text)
+    assert AccuracyReward(mode="lenient")([text], ground_truth=[ground_truth]) == [0.0]
 
 
 @settings(max_examples=1500, deadline=None)
