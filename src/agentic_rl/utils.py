@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -86,6 +87,59 @@ def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> Path:
         for row in rows:
             fh.write(json.dumps(row, default=str) + "\n")
     return path
+
+
+MAX_NESTING = 100  # arrays/objects read from user JSON or YAML nest at most this deep (rows and configs need ~5)
+_JSON_STRUCTURE_RE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+INT_DIGITS_LIMIT = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+_LONG_DIGITS_RE = re.compile(r"\d{%d,}" % (INT_DIGITS_LIMIT + 1))
+
+
+def nesting_depth(value: Any, limit: int = MAX_NESTING) -> int:
+    """How deep lists and dicts nest in ``value`` (a scalar is 0), counted without recursion; stops past ``limit``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def parse_json(text: str, max_depth: int = MAX_NESTING) -> Any:
+    """``json.loads`` that fails only with ``json.JSONDecodeError`` (message and position of the problem): also on
+    arrays/objects nested deeper than ``max_depth`` (Python's own limit would raise ``RecursionError``) and on
+    integers longer than Python converts from text (``ValueError``), so that every caller's one-line error applies."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        value = None
+    except ValueError as exc:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        long = _LONG_DIGITS_RE.search(text)
+        raise json.JSONDecodeError(f"a number with more than {INT_DIGITS_LIMIT} digits", text,
+                                   long.start() if long else 0) from None
+    else:
+        if nesting_depth(value, max_depth) <= max_depth:
+            return value
+    raise json.JSONDecodeError(f"arrays/objects nested deeper than {max_depth} levels", text,
+                               _first_position_deeper_than(text, max_depth)) from None
+
+
+def _first_position_deeper_than(text: str, max_depth: int) -> int:
+    depth = 0
+    for m in _JSON_STRUCTURE_RE.finditer(text):
+        token = m.group()
+        if token == "[" or token == "{":
+            depth += 1
+            if depth > max_depth:
+                return m.start()
+        elif token == "]" or token == "}":
+            depth -= 1
+    return 0
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
