@@ -175,6 +175,7 @@ def test_one_megabyte_inputs_score_fast(pieces):
     "1", "1,234", "1+1=2\n", "1+1=2=", "a=b\n", "=", " ", "\n", "-", "$", ".", "1.", "1/", "5%", "(", "x ",
     "\\boxed{", "\\boxed{1}", "\\frac{1", "\\text{", "Final Answer: 1\n", "final", "#### 5 ", "Step 1\n",
     "48 / 2 = 24\nFinal Answer: 72\n", "9" * 65 + " ", "<think>", "1 apples * ",
+    "m^2 ", "1 or ", "Final Answer: 1 or ", "Final Answer:\\boxed{1", "\\boxed{Final Answer: 1, ",
 ])
 def test_known_worst_cases_of_one_megabyte(unit):
     text = _megabyte([unit])

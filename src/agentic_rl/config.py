@@ -171,6 +171,9 @@ def import_object(spec: str, what: str) -> Any:
     return obj
 
 
+MAX_YAML_CONTAINERS = 10_000  # lists/mappings a config may hold once its aliases are expanded (configs: ~50)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
@@ -194,7 +197,11 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         problem = (f"a number with more than {INT_DIGITS_LIMIT} digits" if "integer string conversion" in str(exc)
                    else " ".join(str(exc).split())[:200])
         raise ConfigError(f"{path}: invalid YAML ({problem})") from None
-    if nesting_depth(data) > MAX_NESTING:
+    depth = nesting_depth(data, MAX_NESTING, max_containers=MAX_YAML_CONTAINERS)
+    if depth is None:
+        raise ConfigError(f"{path}: invalid YAML (its aliases expand to more than {MAX_YAML_CONTAINERS} lists and "
+                          "mappings)")
+    if depth > MAX_NESTING:
         raise ConfigError(f"{path}: invalid YAML (nested deeper than {MAX_NESTING} levels)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of config keys, got {type(data).__name__}")

@@ -95,12 +95,17 @@ INT_DIGITS_LIMIT = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str
 _LONG_DIGITS_RE = re.compile(r"\d{%d,}" % (INT_DIGITS_LIMIT + 1))
 
 
-def nesting_depth(value: Any, limit: int = MAX_NESTING) -> int:
-    """How deep lists and dicts nest in ``value`` (a scalar is 0), counted without recursion; stops past ``limit``."""
-    deepest, stack = 0, [(value, 1)]
+def nesting_depth(value: Any, limit: int = MAX_NESTING, max_containers: int | None = None) -> int | None:
+    """How deep lists and dicts nest in ``value`` (a scalar is 0), counted without recursion; stops past ``limit``
+    (so a structure that contains itself ends too). None when more than ``max_containers`` lists/dicts are met:
+    YAML aliases can expand a small file into an exponential tree."""
+    deepest, seen, stack = 0, 0, [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, (list, tuple, dict)):
+            seen += 1
+            if max_containers is not None and seen > max_containers:
+                return None
             deepest = max(deepest, depth)
             if deepest > limit:
                 return deepest
@@ -123,7 +128,7 @@ def parse_json(text: str, max_depth: int = MAX_NESTING) -> Any:
         raise json.JSONDecodeError(f"a number with more than {INT_DIGITS_LIMIT} digits", text,
                                    long.start() if long else 0) from None
     else:
-        if nesting_depth(value, max_depth) <= max_depth:
+        if nesting_depth(value, max_depth) <= max_depth:  # JSON has no aliases: at most one visit per value
             return value
     raise json.JSONDecodeError(f"arrays/objects nested deeper than {max_depth} levels", text,
                                _first_position_deeper_than(text, max_depth)) from None

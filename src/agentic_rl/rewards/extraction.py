@@ -178,9 +178,14 @@ def _last_number_match(text: str) -> re.Match | None:
             return None
         last_digit = len(text) - 1 - digit.start()
         start = max(0, last_digit - 4096)
+        unit_power = None
         for m in reversed(list(NUMBER_RE.finditer(text, start, min(len(text), last_digit + 2)))):
-            if _token_value(m) is not None and not _is_unit_power(text, m) and (start == 0 or m.start() - start > 256):
-                return m  # 256: not a cut-off number's tail
+            if (start == 0 or m.start() - start > 256) and _token_value(m) is not None:  # 256: not a cut-off tail
+                if not _is_unit_power(text, m):
+                    return m
+                unit_power = unit_power or m
+        if unit_power is not None:  # a window of nothing but powers of units: reading further back is not worth it
+            return unit_power
         if start == 0:
             return None
         end = start + 256
@@ -437,24 +442,21 @@ def _span_value(span: str) -> tuple[Decimal | None, bool]:
     return _read_candidates(cleaned, matches)
 
 
+_BRACE_RE = re.compile(r"[{}]")
+
+
 def _boxed_contents(text: str) -> list[tuple[int, str]]:
-    """(position, content) of each ``\\boxed{...}`` (braces matched, bounded)."""
+    """(position, content) of each ``\\boxed{...}`` (braces matched, bounded; only the braces are visited)."""
     out = []
     for n, m in enumerate(_BOXED_RE.finditer(text)):
         if n >= MAX_MARKERS:
             break
-        depth, i, end = 1, m.end(), min(len(text), m.end() + MAX_BOXED_CHARS)
-        while i < end:
-            ch = text[i]
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    break
-            i += 1
-        if depth == 0:
-            out.append((m.start(), text[m.end():i]))
+        depth = 1
+        for brace in _BRACE_RE.finditer(text, m.end(), min(len(text), m.end() + MAX_BOXED_CHARS)):
+            depth += 1 if brace.group() == "{" else -1
+            if depth == 0:
+                out.append((m.start(), text[m.end():brace.start()]))
+                break
     return out
 
 
