@@ -515,6 +515,8 @@ def extract_answer(text: Any, mode: str = "strict") -> str | None:
     (None, '18')
     >>> extract_answer("Final Answer: 5\\nFinal Answer: 6") is None  # two different answers: no answer
     True
+    >>> extract_answer("Final Answer: 12 or 13", mode="lenient") is None  # several candidates: no answer
+    True
     """
     if mode not in ("strict", "lenient"):
         raise ValueError(f"mode must be 'strict' or 'lenient', got {mode!r}")
