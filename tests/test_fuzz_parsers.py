@@ -38,7 +38,14 @@ TOOL_PIECES = [
     "NaN", "Infinity", "9" * 4301, "1" * 5000, "[" * 300, "]" * 300, '{"a": ' * 120, "}" * 120, '"\\u0000"',
     '"\\ud800"', "\\u", "é", "🙂", "\x00", "\ufeff", "Final Answer: 5", "12 or 13",
 ]
-tool_texts = st.lists(st.one_of(st.sampled_from(TOOL_PIECES), st.text(max_size=12)), max_size=24).map("".join)
+piece_texts = st.lists(st.one_of(st.sampled_from(TOOL_PIECES), st.text(max_size=12)), max_size=24).map("".join)
+# Well-formed calls whose arguments nest up to 3,000 deep around an integer of up to 6,000 digits
+hostile_calls = st.builds(
+    lambda before, depth, digits, closed, after: (
+        f'{before}{OPEN}{{"name": "calculator", "arguments": {"[" * depth}{"9" * digits}'
+        f'{"]" * depth if closed else ""}}}{CLOSE}{after}'),
+    piece_texts, st.integers(0, 3000), st.integers(1, 6000), st.booleans(), piece_texts)
+tool_texts = st.one_of(piece_texts, hostile_calls)
 
 ROW = b'{"question": "What is 2 + 3?", "answer": "2 + 3 = 5\\n#### 5"}'
 DATA_PIECES = [
@@ -49,7 +56,14 @@ DATA_PIECES = [
     b"\xef\xbb\xbf", b"\x00", b"a: 1\n", b"- ", b"&a [*a]", b"*a", b"!!python/object:os.system", b"!!binary",
     b"!!int 0x", b"%YAML 1.1\n", b"---\n", b"? ", b"<<: ", b"2024-13-01", b"PAR1",
 ]
-data_bytes = st.lists(st.one_of(st.sampled_from(DATA_PIECES), st.binary(max_size=12)), max_size=24).map(b"".join)
+piece_bytes = st.lists(st.one_of(st.sampled_from(DATA_PIECES), st.binary(max_size=12)), max_size=24).map(b"".join)
+# A good row, then one whose answer nests up to 3,000 deep around an integer of up to 6,000 digits
+hostile_rows = st.builds(
+    lambda before, depth, digits, after: (
+        before + ROW + b'\n{"question": "q", "answer": ' + b"[" * depth + b"9" * digits + b"]" * depth + b"}\n"
+        + after),
+    piece_bytes, st.integers(0, 3000), st.integers(1, 6000), piece_bytes)
+data_bytes = st.one_of(piece_bytes, hostile_rows)
 
 FUZZ = dict(deadline=None, derandomize=True, database=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
