@@ -9,7 +9,9 @@ sees the same cases on every run) and printing the slowest call it met.
 
 from __future__ import annotations
 
+import atexit
 import gc
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -154,7 +156,8 @@ def test_tool_call_parser_known_worst_cases(text):
 # Data readers
 # ---------------------------------------------------------------------------------------------------------------
 
-_DIR = Path(tempfile.mkdtemp(prefix="fuzz_parsers_"))
+_DIR = Path(tempfile.mkdtemp(prefix="fuzz_parsers_"))  # hypothesis reruns cases: one folder for all, removed at exit
+atexit.register(shutil.rmtree, _DIR, ignore_errors=True)
 READERS = {
     ".jsonl": lambda path: [task_row(row, "row") for row in read_file(path).rows],
     ".json": lambda path: [task_row(row, "row") for row in read_file(path).rows],
