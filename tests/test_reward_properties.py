@@ -1,6 +1,7 @@
 """Property-based tests: every reward returns one finite float per completion and never raises, on thousands of
 random and adversarial strings (and 1 MB inputs, each scored in well under a second); extraction is
-self-consistent and cannot be gamed by stating a second, different final answer."""
+self-consistent and cannot be gamed by stating a second, different final answer, nor by a final answer that offers
+several candidates (alternatives, lists, ranges, ±, sequences, an expression plus another number)."""
 
 from __future__ import annotations
 
@@ -87,6 +88,51 @@ def test_extraction_is_self_consistent_and_cannot_be_hedged(text):
         assert not is_correct(hedged, strict) and not is_correct(hedged, f"{other:.17g}")
 
 
+def _written(value: int, style: str) -> str:
+    """One number as a model might write it."""
+    if style == "dollars":
+        return f"${value}" if value >= 0 else f"-${-value}"
+    if style == "thousands":
+        return f"{value:,}"
+    if style == "decimal":
+        return f"{value}.5"
+    return str(value)
+
+
+# Connectors that make several numbers candidates for one answer.
+HEDGE_JOINS = [" or ", ", ", "; ", " | ", " / ", "-", " - ", "–", " to ", " through ", " and ", " or maybe ",
+               " ± ", "±", " +/- ", " \\pm ", " plus or minus ", " ", " + ", " (or ", " apples or ", " apples, "]
+HEDGE_LINES = [
+    "Final Answer: {h}", "**Final Answer:** {h}", "The final answer is {h}.", "final answer = {h}",
+    "Final Answer: \\boxed{{{h}}}", "Final Answer: {a} + {b} = {h}", "Final Answer: either {h}",
+    "Final Answer: between {h}", "#### {h}", "\\boxed{{{h}}}", "Final Answer:\n{h}",
+]
+LENIENT_LINES = ["the answer is {h}", "so it is {h} apples", "{h}"]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(truth=st.integers(-10**6, 10**6), others=st.lists(st.integers(-10**6, 10**6), min_size=1, max_size=3),
+       position=st.integers(0, 3), join=st.sampled_from(HEDGE_JOINS),
+       style=st.sampled_from(["plain", "dollars", "thousands", "decimal"]),
+       line=st.sampled_from(HEDGE_LINES + LENIENT_LINES),
+       reasoning=st.sampled_from(["", "48 / 2 = 24\n48 + 24 = 72\n", "Let me think.\n"]))
+def test_hedged_answers_containing_the_truth_score_zero(truth, others, position, join, style, line, reasoning):
+    written_truth = _written(truth, style)
+    candidates = [_written(o, style) for o in others if _written(o, style) != written_truth]
+    if not candidates:
+        candidates = [_written(truth + 1, style)]
+    candidates.insert(min(position, len(candidates)), written_truth)
+    hedge = join.join(candidates)
+    if join == " (or ":
+        hedge += ")"
+    text = reasoning + line.format(h=hedge, a=3, b=4)
+    ground_truth = written_truth.replace("$", "").replace(",", "")
+    for mode in ("strict", "lenient"):
+        assert not is_correct(text, ground_truth, mode=mode), (mode, text)
+        assert extract_answer(text, mode=mode) is None, (mode, text)
+    assert AccuracyReward(mode="lenient")([text], ground_truth=[ground_truth]) == [0.0]
+
+
 @settings(max_examples=1500, deadline=None)
 @given(expr=st.one_of(st.text(max_size=80), adversarial))
 def test_calculator_only_ever_raises_calculator_error(expr):
@@ -129,6 +175,7 @@ def test_one_megabyte_inputs_score_fast(pieces):
     "1", "1,234", "1+1=2\n", "1+1=2=", "a=b\n", "=", " ", "\n", "-", "$", ".", "1.", "1/", "5%", "(", "x ",
     "\\boxed{", "\\boxed{1}", "\\frac{1", "\\text{", "Final Answer: 1\n", "final", "#### 5 ", "Step 1\n",
     "48 / 2 = 24\nFinal Answer: 72\n", "9" * 65 + " ", "<think>", "1 apples * ",
+    "m^2 ", "1 or ", "Final Answer: 1 or ", "Final Answer:\\boxed{1", "\\boxed{Final Answer: 1, ",
 ])
 def test_known_worst_cases_of_one_megabyte(unit):
     text = _megabyte([unit])

@@ -62,7 +62,8 @@ TRICKY = [
     ("   \n  ", None, None),
     ("I think it is 18 dollars", None, "18"),               # no marker: lenient falls back to the last number
     ("48 / 2 = 24 and 48 + 24 = 72", None, "72"),
-    ("it is 10-5", None, "5"),
+    ("it is 10-5", None, None),                             # a range or an unevaluated difference: two candidates
+    ("it is 10 - 5 = 5", None, "5"),
     ("we owe -5 dollars", None, "-5"),
     ("Final Answer: seventy-two", None, None),              # a marker without a number has no answer
     ("Final Answer: \\frac{\\sqrt{2}}{2}", None, None),     # symbolic, not the 2 it starts with
@@ -77,6 +78,57 @@ def test_extract_answer_tricky_cases(text, strict, lenient):
     assert extract_answer(text) == strict
     assert extract_answer(text, mode="strict") == strict
     assert extract_answer(text, mode="lenient") == lenient
+
+
+# Final answers that offer more than one candidate: wrong in both modes whichever candidate is the truth.
+HEDGES = [
+    "Final Answer: 12 or 13", "Final Answer: 13 or 12", "Final Answer: either 12 or 13", "Final Answer: 12 (or 13)",
+    "Final Answer: 12 or maybe 13", "Final Answer: 12 | 13", "Final Answer: 12 / 13",             # alternatives
+    "Final Answer: 12, 13", "Final Answer: 12,13", "Final Answer: 12; 13", "Final Answer: [12, 13]",
+    "Final Answer: {12, 13}", "Final Answer: 12 and 13", "Final Answer: 12 apples, 13 apples",    # lists
+    "Final Answer: 12-13", "Final Answer: 12–13", "Final Answer: 12 to 13", "Final Answer: between 12 and 13",
+    "Final Answer: $12 - $13", "Final Answer: 12 to 13 apples",                                    # ranges
+    "Final Answer: 12 ± 1", "Final Answer: 12±1", "Final Answer: 12 +/- 1", "Final Answer: 12 \\pm 1",
+    "Final Answer: 12 plus or minus 1",                                                            # ±
+    "Final Answer: 12 13", "Final Answer: 11 12 13", "Final Answer: 12. 13",                       # sequences
+    "Final Answer: 5+7 = 12, 13", "Final Answer: 3*4 = 12 or 13", "Final Answer: 12 + 1",          # expressions
+    "Final Answer: \\boxed{12, 13}", "Final Answer: \\boxed{12} or \\boxed{13}", "\\boxed{12 \\text{ or } 13}",
+    "#### 12 or 13", "The final answer is 12 or 13.", "**Final Answer:** 12, 13",
+    "the answer is 12 or 13", "so it is somewhere between 12 and 13", "so 12-13 apples",         # lenient fallback
+]
+
+
+@pytest.mark.parametrize("text", HEDGES)
+def test_hedged_final_answers_are_wrong_in_both_modes(text):
+    for mode in ("strict", "lenient"):
+        assert extract_answer(text, mode=mode) is None
+        for truth in ("12", "13", "11", "1"):
+            assert not is_correct(text, truth, mode=mode), (mode, truth)
+            assert not is_correct(text, truth, mode=mode, use_math_verify=True), (mode, truth)
+    assert AccuracyReward(mode="lenient")([text, text], ground_truth=["12", "13"]) == [0.0, 0.0]
+
+
+# What models write on a final-answer line, with the answer a person grading it reads (None: no single answer).
+LABELLED = [
+    ("Final Answer: 1,234", "1234"), ("Final Answer: $12", "12"), ("Final Answer: 12 apples", "12"),
+    ("Final Answer: 12.50", "12.5"), ("Final Answer: -12", "-12"), ("Final Answer: 3*4 = 12", "12"),
+    ("Final Answer: 48 + 24 = \\boxed{72}", "72"), ("The answer is \\boxed{72}.", "72"),
+    ("Final Answer: 72 clips in 2 months", "72"), ("Final Answer: 72, which is 48 + 24", "72"),
+    ("Final Answer: 72 apples, 3 boxes", "72"), ("Final Answer: 2 1/2", "2.5"), ("Final Answer: 72 m^2", "72"),
+    ("Final Answer: 72 (72 clips)", "72"), ("Final Answer: $12.50 per hour for 8 hours", "12.5"),
+    ("Final Answer: 12 (rounded from 12.4)", "12"), ("Final Answer: 72 or so", "72"), ("Final Answer: 3/4", "0.75"),
+    ("The final answer is 72 clips, which Natalia sold in April and May (48 + 24).", "72"),
+    ("Final Answer: 72\nCheck: 72 - 24 = 48, or 48 + 24 = 72", "72"),   # the checks are on a later line
+    ("Final Answer: 12 or 13", None), ("Final Answer: 12-13", None),
+]
+
+
+@pytest.mark.parametrize("text, label", LABELLED)
+def test_final_answer_lines_read_as_a_person_reads_them(text, label):
+    for mode in ("strict", "lenient"):
+        assert extract_answer(text, mode=mode) == label
+    if label is not None:
+        assert is_correct(text, label) and is_correct(text, label, mode="lenient")
 
 
 @pytest.mark.parametrize("pred, truth, expected", [

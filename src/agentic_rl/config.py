@@ -171,16 +171,38 @@ def import_object(spec: str, what: str) -> Any:
     return obj
 
 
+MAX_YAML_CONTAINERS = 10_000  # lists/mappings a config may hold once its aliases are expanded (configs: ~50)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save the config as UTF-8") from None
+    from agentic_rl.utils import INT_DIGITS_LIMIT, MAX_NESTING, nesting_depth
+
+    try:  # libyaml's loader when present: fast, and it stops deep nesting itself (the Python one recurses)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"{path}{where}: invalid YAML ({problem})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid YAML (nested too deeply)") from None
+    except ValueError as exc:  # yaml's int() of a number too long to convert, or a date such as 2024-13-01
+        problem = (f"a number with more than {INT_DIGITS_LIMIT} digits" if "integer string conversion" in str(exc)
+                   else " ".join(str(exc).split())[:200])
+        raise ConfigError(f"{path}: invalid YAML ({problem})") from None
+    depth = nesting_depth(data, MAX_NESTING, max_containers=MAX_YAML_CONTAINERS)
+    if depth is None:
+        raise ConfigError(f"{path}: invalid YAML (its aliases expand to more than {MAX_YAML_CONTAINERS} lists and "
+                          "mappings)")
+    if depth > MAX_NESTING:
+        raise ConfigError(f"{path}: invalid YAML (nested deeper than {MAX_NESTING} levels)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of config keys, got {type(data).__name__}")
     return data

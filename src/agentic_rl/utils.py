@@ -89,6 +89,64 @@ def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
+MAX_NESTING = 100  # arrays/objects read from user JSON or YAML nest at most this deep (rows and configs need ~5)
+_JSON_STRUCTURE_RE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+INT_DIGITS_LIMIT = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+_LONG_DIGITS_RE = re.compile(r"\d{%d,}" % (INT_DIGITS_LIMIT + 1))
+
+
+def nesting_depth(value: Any, limit: int = MAX_NESTING, max_containers: int | None = None) -> int | None:
+    """How deep lists and dicts nest in ``value`` (a scalar is 0), counted without recursion; stops past ``limit``
+    (so a structure that contains itself ends too). None when more than ``max_containers`` lists/dicts are met:
+    YAML aliases can expand a small file into an exponential tree."""
+    deepest, seen, stack = 0, 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            seen += 1
+            if max_containers is not None and seen > max_containers:
+                return None
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def parse_json(text: str, max_depth: int = MAX_NESTING) -> Any:
+    """``json.loads`` that fails only with ``json.JSONDecodeError`` (message and position of the problem): also on
+    arrays/objects nested deeper than ``max_depth`` (Python's own limit would raise ``RecursionError``) and on
+    integers longer than Python converts from text (``ValueError``), so that every caller's one-line error applies."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        value = None
+    except ValueError as exc:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        long = _LONG_DIGITS_RE.search(text)
+        raise json.JSONDecodeError(f"a number with more than {INT_DIGITS_LIMIT} digits", text,
+                                   long.start() if long else 0) from None
+    else:
+        if nesting_depth(value, max_depth) <= max_depth:  # JSON has no aliases: at most one visit per value
+            return value
+    raise json.JSONDecodeError(f"arrays/objects nested deeper than {max_depth} levels", text,
+                               _first_position_deeper_than(text, max_depth)) from None
+
+
+def _first_position_deeper_than(text: str, max_depth: int) -> int:
+    depth = 0
+    for m in _JSON_STRUCTURE_RE.finditer(text):
+        token = m.group()
+        if token == "[" or token == "{":
+            depth += 1
+            if depth > max_depth:
+                return m.start()
+        elif token == "]" or token == "}":
+            depth -= 1
+    return 0
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a JSONL file written by :func:`write_jsonl` / :func:`append_jsonl`; ``[]`` when it does not exist."""
     path = Path(path)

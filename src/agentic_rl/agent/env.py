@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from agentic_rl.agent.tool_format import parse_tool_calls, tool_message
+from agentic_rl.agent.tool_format import clip, parse_tool_calls, tool_message
 from agentic_rl.agent.tools import Tool, ToolError, get_tool
 from agentic_rl.config import import_object
 from agentic_rl.errors import ConfigError
@@ -142,7 +142,7 @@ class ToolEnvironment(Environment):
     def _run_call(self, call) -> tuple[str, bool, bool]:
         """(observation text, ran without error, useful = first time this exact call is made)."""
         if call.error:
-            return f"error: {call.error}", False, False
+            return f"error: {clip(call.error)}", False, False
         if not self.tools_enabled or not self.tools:
             return "error: no tools are available in this episode; answer directly", False, False
         if self.tool_calls + self.tool_errors >= self.max_tool_calls:
@@ -151,11 +151,11 @@ class ToolEnvironment(Environment):
         tool = next((t for t in self.tools if t.name == call.name), None)
         if tool is None:
             names = ", ".join(t.name for t in self.tools)
-            return f"error: unknown tool '{call.name}'; available: {names}", False, False
+            return f"error: unknown tool '{clip(call.name, 60)}'; available: {names}", False, False
         try:
             result = tool(call.arguments)
-        except ToolError as exc:
-            return f"error: {exc}", False, False
+        except ToolError as exc:  # its message may quote the model's arguments: clipped
+            return f"error: {clip(exc)}", False, False
         key = f"{call.name}:{json.dumps(call.arguments, sort_keys=True)}"
         useful = key not in self._seen_calls and self.is_useful(call, result)
         self._seen_calls.add(key)

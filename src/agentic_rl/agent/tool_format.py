@@ -7,9 +7,10 @@ The format is Qwen3's (the embedded tiny model's template has the same shape)::
     </tool_call>
 
 and a result goes back as a ``tool`` role message, which the chat template renders (Qwen3: inside
-``<tool_response>...</tool_response>`` in a user block). Parsing never raises: a block that is not valid JSON, lacks
-a name or is not closed becomes a :class:`ToolCall` with ``error`` set, which the environment turns into an error
-observation.
+``<tool_response>...</tool_response>`` in a user block). Parsing never raises and takes time linear in the text: a
+block that is not valid JSON (also one nested deeper than ``MAX_ARGUMENT_DEPTH`` or holding an integer too long to
+convert), lacks a name or is not closed becomes a :class:`ToolCall` with ``error`` set, which the environment turns
+into an error observation quoting at most ``MAX_ECHO_CHARS`` of what the model wrote.
 
 :class:`ChatFormat` holds the token-level pieces a multi-turn rollout needs from a tokenizer's chat template: the
 end-of-turn token the model stops on, and the tokens that follow an assistant turn when tool messages are appended
@@ -20,15 +21,22 @@ token ids instead of re-rendering the conversation, so the sequence trained on i
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentic_rl.errors import ConfigError
+from agentic_rl.utils import parse_json
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
-_BLOCK = re.compile(re.escape(TOOL_CALL_OPEN) + r"(.*?)" + re.escape(TOOL_CALL_CLOSE), re.DOTALL)
+MAX_ARGUMENT_DEPTH = 32   # a call's JSON nests at most this deep (real calls: 2-4 levels)
+MAX_ECHO_CHARS = 200      # error observations quote at most this much of what the model wrote
+
+
+def clip(text: object, limit: int = MAX_ECHO_CHARS) -> str:
+    """``text`` on one line and at most ``limit`` characters, for echoing model output in an error observation."""
+    line = " ".join(str(text)[: 4 * limit].split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 @dataclass
@@ -42,27 +50,36 @@ class ToolCall:
 
 
 def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
-    """(the text outside tool-call blocks, the calls in order). Never raises.
+    """(the text outside tool-call blocks, the calls in order). Never raises, and reads ``text`` once: each block
+    runs from an opening tag to the first closing tag after it; an opening tag with no closing tag after it ends
+    the calls (an unclosed call, e.g. a turn cut off).
 
     >>> text = '<tool_call>\\n{"name": "calculator", "arguments": {"expression": "2*3"}}\\n</tool_call>'
     >>> parse_tool_calls(text)[1][0].name
     'calculator'
     """
     calls: list[ToolCall] = []
-    for match in _BLOCK.finditer(text):
-        calls.append(_parse_block(match.group(1)))
-    rest = _BLOCK.sub("", text)
-    if TOOL_CALL_OPEN in rest:  # an opening tag with no closing tag (e.g. the turn was cut off)
-        raw = rest[rest.index(TOOL_CALL_OPEN):]
-        calls.append(ToolCall(error=f"the tool call is not closed with {TOOL_CALL_CLOSE}", raw=raw))
-        rest = rest[: rest.index(TOOL_CALL_OPEN)]
-    return rest.strip(), calls
+    outside: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(TOOL_CALL_OPEN, pos)
+        if start == -1:
+            outside.append(text[pos:])
+            break
+        end = text.find(TOOL_CALL_CLOSE, start + len(TOOL_CALL_OPEN))
+        outside.append(text[pos:start])
+        if end == -1:  # an opening tag with no closing tag (e.g. the turn was cut off)
+            calls.append(ToolCall(error=f"the tool call is not closed with {TOOL_CALL_CLOSE}", raw=text[start:]))
+            break
+        calls.append(_parse_block(text[start + len(TOOL_CALL_OPEN):end]))
+        pos = end + len(TOOL_CALL_CLOSE)
+    return "".join(outside).strip(), calls
 
 
 def _parse_block(body: str) -> ToolCall:
     raw = body.strip()
     try:
-        data = json.loads(raw)
+        data = parse_json(raw, max_depth=MAX_ARGUMENT_DEPTH)
     except json.JSONDecodeError as exc:
         return ToolCall(error=f"the tool call is not valid JSON ({exc.msg} at position {exc.pos})", raw=raw)
     if not isinstance(data, dict):
@@ -73,9 +90,10 @@ def _parse_block(body: str) -> ToolCall:
     arguments = data.get("arguments", data.get("parameters", {}))
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return ToolCall(name=name, error=f'the "arguments" of {name} are not a JSON object', raw=raw)
+            arguments = parse_json(arguments, max_depth=MAX_ARGUMENT_DEPTH)
+        except json.JSONDecodeError as exc:
+            return ToolCall(name=name, error=f'the "arguments" of {clip(name, 60)} are not a JSON object '
+                                             f"({exc.msg} at position {exc.pos})", raw=raw)
     return ToolCall(name=name, arguments=arguments, raw=raw)
 
 

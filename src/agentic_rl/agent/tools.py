@@ -119,6 +119,8 @@ class Tool:
                 continue
             value = arguments[name]
             if tp is float and isinstance(value, int) and not isinstance(value, bool):
+                if abs(value) > 1e308:  # float() of a larger int raises OverflowError
+                    raise ToolError(f"argument '{name}' of {self.name} is too large a number")
                 value = float(value)
             elif tp is str and isinstance(value, (int, float)) and not isinstance(value, bool):
                 value = str(value)  # {"expression": 23*47} written without quotes still means the expression

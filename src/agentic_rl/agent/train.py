@@ -111,13 +111,22 @@ def load_task_rows(dataset: str, split: str, n: int, *, heldout_rows: int = 200,
     if path.is_file():
         import json
 
+        from agentic_rl.utils import parse_json
+
+        try:
+            lines = path.read_text(encoding="utf-8-sig").splitlines()
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); expected a JSONL file of tasks") from None
         rows = []
-        for k, line in enumerate(path.read_text().splitlines(), 1):
+        for k, line in enumerate(lines, 1):
             if line.strip():
                 try:
-                    rows.append(json.loads(line))
+                    row = parse_json(line)
                 except json.JSONDecodeError as exc:
-                    raise DataError(f"{path} line {k}: invalid JSON ({exc.msg})") from None
+                    raise DataError(f"{path} line {k}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+                if not isinstance(row, dict):
+                    raise DataError(f"{path} line {k}: expected a JSON object, got {type(row).__name__}")
+                rows.append(row)
         return rows[:n]
     raise DataError(f"unknown agent dataset '{dataset}': use 'multiplication', 'arithmetic' or a JSONL file path")
 

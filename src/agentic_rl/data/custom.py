@@ -35,6 +35,7 @@ from agentic_rl.data.gsm8k import (
     GSM8K_HUB_ID,
     Records,
     _looks_like_path,
+    _one_line,
     is_number,
     normalize_number,
     parse_gsm8k_answer,
@@ -158,7 +159,7 @@ def task_row(raw: dict[str, Any], where: str, *, question_field: str | None = No
              ground_truth_field: str | None = None, numeric_ground_truth: bool = True,
              keep_annotations: bool = False) -> dict[str, Any]:
     """Validate one raw row and turn it into a canonical task row (see the module docstring)."""
-    columns = ", ".join(map(str, raw)) or "none"
+    columns = _one_line(", ".join(map(str, raw))) or "none"  # column names can hold newlines (a quoted CSV header)
     q_name = _pick(raw, question_field, QUESTION_NAMES)
     if q_name is None or q_name not in raw:
         raise DataError(f"{where}: missing field '{q_name or 'question'}' (columns: {columns}); {_mapping_hint()}")

@@ -12,8 +12,9 @@ last ``####``, normalised: ``1,000`` -> ``1000``) and the step count. :func:`loa
 ``train``/``test`` files, and adds the parsed fields to every row. :func:`to_sft_dataset` and :func:`to_rl_dataset`
 produce exactly the fields of :func:`agentic_rl.data.formats.sft_row` / :func:`~agentic_rl.data.formats.rl_row`.
 
-Local reading (:func:`read_records`) is shared with custom datasets (``data/custom.py``): a malformed JSON line,
-a missing file or an unreachable hub id is a one-line :class:`~agentic_rl.errors.DataError` naming file and line.
+Local reading (:func:`read_records`) is shared with custom datasets (``data/custom.py``): a malformed JSON line
+(also one nested too deeply or holding an integer too long to convert), a file that is not UTF-8, a missing file or
+an unreachable hub id is a one-line :class:`~agentic_rl.errors.DataError` naming file and line.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Iterable
 
 from agentic_rl.data.formats import CALC_ANNOTATION, SYSTEM_PROMPT, format_solution, rl_row, sft_row
 from agentic_rl.errors import DataError
+from agentic_rl.utils import parse_json
 
 GSM8K_HUB_ID = "openai/gsm8k"
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -124,7 +126,7 @@ def _read_jsonl(path: Path) -> Records:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = parse_json(line)
             except json.JSONDecodeError as exc:
                 raise DataError(f"{path} line {lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
             if not isinstance(row, dict):
@@ -136,7 +138,7 @@ def _read_jsonl(path: Path) -> Records:
 
 def _read_json(path: Path) -> Records:
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        data = parse_json(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as exc:
         if "\n" in path.read_text(encoding="utf-8").strip():
             try:  # a JSON-lines file with a .json suffix

@@ -7,7 +7,8 @@ numeric answers only), ``num_tokens``, ``steps``, ``format_ok``, ``reward``, ``t
 Metric table (keys of the dict :func:`compute_metrics` returns; logged as ``eval/<key>`` during training):
 
 =====================  ========================================================================================
-``accuracy_strict``    share of completions whose ``Final Answer:`` value equals the ground truth
+``accuracy_strict``    share of completions whose ``Final Answer:`` value equals the ground truth (a hedged answer,
+                       ``12 or 13``, ``12-13``, ``12, 13``, is wrong whichever value is true)
 ``accuracy_lenient``   same, falling back to the last number in the text when the marker is missing
 ``pass@k``             unbiased pass@k (Chen et al., 2021) over the ``n`` samples per prompt, strict correctness;
                        only for k <= n. With one greedy sample, ``pass@1 == accuracy_strict``

@@ -21,6 +21,7 @@ from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.rewards.calculator import check_equations, count_steps
 from agentic_rl.rewards.extraction import completion_text, extract_answer
 from agentic_rl.rewards.registry import build_rewards
+from agentic_rl.utils import parse_json
 
 DEFAULT_REWARDS = ["accuracy", "format", "step", "length", "process"]
 
@@ -58,19 +59,24 @@ def read_rows(config: RewardCheckConfig) -> list[dict[str, Any]]:
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     rows = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for lineno, data in enumerate(fh, start=1):
+            try:
+                line = data.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{path} line {lineno}: not UTF-8 text (byte {exc.start} of the line); expected a "
+                                "JSONL file of completions") from None
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = parse_json(line)
             except json.JSONDecodeError as exc:
-                raise DataError(f"{path} line {lineno}: invalid JSON ({exc.msg})") from None
+                raise DataError(f"{path} line {lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
             if not isinstance(row, dict):
                 raise DataError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}")
             for key in (config.completion_field, config.ground_truth_field):
                 if key not in row:
-                    raise DataError(f"{path} line {lineno}: missing field '{key}' (fields: {', '.join(row)})")
+                    raise DataError(f"{path} line {lineno}: missing field '{key}' (fields: {', '.join(row)[:200]})")
             completion = row[config.completion_field]
             if not (isinstance(completion, str) or (isinstance(completion, list)
                                                     and all(isinstance(m, dict) for m in completion))):

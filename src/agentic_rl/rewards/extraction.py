@@ -7,16 +7,24 @@ A completion ends with ``Final Answer: N`` (see :mod:`agentic_rl.data.formats`).
 * **lenient** mode does the same and, when there is no marker at all, falls back to the last number in the text.
 
 On a marker line the answer is the first number after the marker, or after the last ``=`` on that line when there is
-one (``Final Answer: 48 + 24 = 72`` -> ``72``); a marker with nothing after it on its line reads the next line.
+one (``Final Answer: 48 + 24 = 72`` -> ``72``: what stands before it is the working, not read for candidates); a marker
+with nothing after it on its line reads the next line. ``\\boxed{...}`` on the line is read as its content.
 Numbers may carry thousands commas, ``$``, ``%``, units (``18 dollars``), decimals (``.5``), a sign, a simple
 fraction (``3/4``) or LaTeX (``\\frac{3}{4}``, ``1{,}234``, ``\\text{...}``). Answers are returned normalised
 (``"1234.5"``, ``"0.75"``, ``"-5"``, ``"72"`` for ``72.0``).
 
 **Anti-gaming rules.** If the markers of one completion state two different answers, the completion has no answer
-(``None``) in both modes: a policy cannot hedge by writing several finals. A final answer followed by more text or
-numbers keeps the marked answer (the trailing numbers never replace it). Text inside a closed ``<think>...</think>``
-block is ignored. All patterns are linear-time (no nested quantifiers that can backtrack), and scanning is bounded,
-so a 1 MB completion is read in milliseconds.
+(``None``) in both modes: a policy cannot hedge by writing several finals. Nor by offering several candidates in one
+answer: when the answer number is joined to a different number by nothing but connectors — alternatives (``12 or
+13``, ``12 / 13``), lists (``12, 13``, ``12 apples, 13 apples``), ranges (``12-13``, ``12 to 13``, ``between 12 and
+13``), ``±``, a bare sequence (``12 13``), an expression left unevaluated (``12 + 1``), also after the last ``=``
+(``5+7 = 12, 13``) — the answer is hedged and scores nothing in either mode (math-verify included); the lenient
+fallback applies the same rule to the numbers before the last one on its line (``it is 12 or 13``). Numbers joined
+by words (``72 clips in 2 months``, ``72, which is 48 + 24``), different quantities (``72 apples, 3 boxes``), a
+mixed number (``2 1/2``), a unit's power (``72 m^2``) and a repeat of the same value (``72 (72 clips)``) are not
+hedges. A final answer followed by more text or numbers on later lines keeps the marked answer (the trailing numbers
+never replace it). Text inside a closed ``<think>...</think>`` block is ignored. All patterns are linear-time (no
+nested quantifiers that can backtrack), and scanning is bounded, so a 1 MB completion is read in milliseconds.
 
 :func:`is_correct` is THE comparison used by :class:`~agentic_rl.rewards.AccuracyReward` and by the evaluator, so the
 reward a model is trained on and the accuracy we report cannot drift apart. With ``use_math_verify=True`` a
@@ -112,7 +120,7 @@ def _clean(text: str) -> str:
     ``−`` -> ``-``."""
     text = text.replace("\u2212", "-").replace("\u2013", "-").replace("{,}", ",")
     if "\\" in text:
-        text = text.replace("\\$", "$").replace("\\%", "%")
+        text = text.replace("\\$", "$").replace("\\%", "%").replace("\\pm", "\u00b1").replace("\\mp", "\u2213")
         text = _LATEX_DROP_RE.sub("", text)
         text = _LATEX_TEXT_RE.sub(r" \1 ", text)
         text = _LATEX_FRAC_RE.sub(r"\1/\2", text)
@@ -158,9 +166,10 @@ def _numbers(text: str) -> list[Decimal]:
 _DIGIT_RE = re.compile(r"\d", re.ASCII)
 
 
-def _last_number(text: str) -> Decimal | None:
-    """The last number of ``text``. Windows of text ending at the last digit not yet read are scanned from the end
-    backwards, each character at most once, so a long completion is read in milliseconds."""
+def _last_number_match(text: str) -> re.Match | None:
+    """The last readable number of ``text`` (not a unit's power such as the 2 of ``m^2``). Windows of text ending at
+    the last digit not yet read are scanned from the end backwards, each character at most once, so a long
+    completion is read in milliseconds."""
     reverse = text[::-1]
     end = len(text)
     while True:
@@ -169,13 +178,120 @@ def _last_number(text: str) -> Decimal | None:
             return None
         last_digit = len(text) - 1 - digit.start()
         start = max(0, last_digit - 4096)
+        unit_power = None
         for m in reversed(list(NUMBER_RE.finditer(text, start, min(len(text), last_digit + 2)))):
-            value = _token_value(m)
-            if value is not None and (start == 0 or m.start() - start > 256):  # 256: not a cut-off number's tail
-                return value
+            if (start == 0 or m.start() - start > 256) and _token_value(m) is not None:  # 256: not a cut-off tail
+                if not _is_unit_power(text, m):
+                    return m
+                unit_power = unit_power or m
+        if unit_power is not None:  # a window of nothing but powers of units: reading further back is not worth it
+            return unit_power
         if start == 0:
             return None
         end = start + 256
+
+
+def _last_number(text: str) -> tuple[Decimal | None, bool]:
+    """(the lenient answer: the last number of ``text``, whether it is hedged). The last number is hedged when the
+    numbers before it on its line are joined to it as candidates (``it is 12 or 13``, ``12-13``)."""
+    last = _last_number_match(text)
+    if last is None:
+        return None, False
+    line_start = text.rfind("\n", max(0, last.start() - MAX_SPAN_CHARS), last.start()) + 1
+    line_start = max(line_start, last.start() - MAX_SPAN_CHARS)
+    before = [m for m in NUMBER_RE.finditer(text, line_start, last.start()) if not _is_unit_power(text, m)]
+    matches = before + [last]
+    first = len(before)  # walk back while the numbers are joined as candidates (or form a mixed number)
+    while first > 0 and (_joined(text, matches[first - 1], matches[first])
+                         or _mixed_fraction(text, matches[first - 1], matches[first]) is not None):
+        first -= 1
+    return _read_candidates(text, matches[first:])
+
+
+def _is_unit_power(text: str, m: re.Match) -> bool:
+    """Whether the number is the power of a unit: the ``2`` of ``72 m^2`` or ``m^{2}``."""
+    i = m.start()
+    if text[i - 1:i] == "{":
+        i -= 1
+    return i >= 2 and text[i - 1] == "^" and text[i - 2].isalpha()
+
+
+# Words that join candidate answers instead of explaining one answer: "12 or 13", "between 12 and 13", "12 to 13",
+# "12 plus or minus 1", "about 12 or maybe 13".
+_HEDGE_WORDS = frozenset("""or and to through thru between either maybe perhaps possibly probably about approximately
+approx around roughly nearly almost else otherwise alternatively plus minus vs versus""".split())
+# Marks that join numbers into a list, range, alternative, sequence or unevaluated expression.
+_HEDGE_MARKS = frozenset(",;:|/\\~\u00b1\u2213-\u2013\u2014+*\u00d7\u00f7()[]&.!?'\"")
+# Words that may follow a number and then go on to explain it rather than name its unit ("72 in 2 months").
+_FUNCTION_WORDS = frozenset("""in of for per on at with from is are was were each every after before the a an which
+that because since so than then when if but as by into out left more less fewer times over under""".split())
+_WORD_RE = re.compile(r"[^\W\d_]+")
+MAX_GLUE_CHARS = 60  # longer text between two numbers is prose, not a connector
+
+
+def _joins_candidates(glue: str) -> bool:
+    """Whether the text between two numbers joins them as candidates: only connectors (``or``, ``,``, ``-``, ``to``,
+    ``±``, ``/``, spaces...), perhaps after the first number's unit (``12 apples or 13``)."""
+    if len(glue) > MAX_GLUE_CHARS or "\n" in glue or "=" in glue:
+        return False
+    words = list(_WORD_RE.finditer(glue))
+    if words and not glue[:words[0].start()].strip(" \t%$") and words[0].group().lower() not in _FUNCTION_WORDS:
+        words = words[1:]  # the first number's unit
+    if any(w.group().lower() not in _HEDGE_WORDS for w in words):
+        return False
+    return all(ch.isspace() or ch in _HEDGE_MARKS for ch in _WORD_RE.sub("", glue))
+
+
+_UNIT_RE = re.compile(r"[ \t]*%?[ \t]*([^\W\d_]+)")
+
+
+def _unit(text: str, m: re.Match) -> str | None:
+    """The unit word right after a number (``apples`` -> ``apple``), or None."""
+    word = _UNIT_RE.match(text, m.end())
+    if word is None or word.group(1).lower() in _FUNCTION_WORDS or word.group(1).lower() in _HEDGE_WORDS:
+        return None
+    return word.group(1).lower().rstrip("s")
+
+
+def _joined(text: str, a: re.Match, b: re.Match) -> bool:
+    """Whether numbers ``a`` and ``b`` are offered as candidates for one answer: joined by connectors only, and not
+    two different quantities (``72 apples, 3 boxes`` names the boxes too; ``12 apples or 13 apples`` hedges)."""
+    if not _joins_candidates(text[a.end():b.start()]):
+        return False
+    unit_a, unit_b = _unit(text, a), _unit(text, b)
+    return unit_a is None or unit_b is None or unit_a == unit_b
+
+
+def _mixed_fraction(text: str, whole: re.Match, fraction: re.Match) -> Decimal | None:
+    """The value of a mixed number such as ``2 1/2`` (a whole number, one space, a proper fraction), else None."""
+    if (text[whole.end():fraction.start()] != " " or whole.group("den") is not None or "." in whole.group("num")
+            or fraction.group("den") is None or fraction.group("sign")):
+        return None
+    whole_value, part = _token_value(whole), _token_value(fraction)
+    if whole_value is None or part is None or not 0 < part < 1:
+        return None
+    return whole_value - part if whole_value < 0 or "-" in whole.group("sign") else whole_value + part
+
+
+def _read_candidates(text: str, matches: list[re.Match]) -> tuple[Decimal | None, bool]:
+    """(value, hedged) of an answer that starts with ``matches[0]``: the numbers that follow it joined as candidates
+    must all have its value, else the answer is hedged."""
+    value = _token_value(matches[0])
+    if value is None:
+        return None, False
+    previous = matches[0]
+    for n, m in enumerate(matches[1:]):
+        mixed = _mixed_fraction(text, previous, m) if n == 0 else None
+        if mixed is not None:
+            value, previous = mixed, m
+            continue
+        if not _joined(text, previous, m):
+            break
+        other = _token_value(m)
+        if other is None or not _same(other, value):
+            return None, True
+        previous = m
+    return value, False
 
 
 def parse_number(s: Any) -> float | None:
@@ -252,6 +368,7 @@ class FinalAnswers:
     spans: list[str] = field(default_factory=list)
     values: list[Decimal | None] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
+    hedged: list[bool] = field(default_factory=list)  # the span offers several candidates ("12 or 13")
 
     @property
     def distinct(self) -> list[Any]:
@@ -295,42 +412,51 @@ def _line_after(text: str, start: int) -> tuple[int, int, str]:
     return nxt, stop, text[nxt:stop].strip()
 
 
-def _span_value(span: str) -> Decimal | None:
-    cleaned = _clean(span)
+def _unbox(text: str) -> str:
+    """``text`` with each ``\\boxed{X}`` replaced by ``X``, so a box is read together with what stands around it."""
+    boxes = _boxed_contents(text)
+    if not boxes:
+        return text
+    out, pos = [], 0
+    for start, content in boxes:
+        if start < pos:  # a box inside a box already unwrapped
+            continue
+        out += [text[pos:start], " ", content, " "]
+        pos = text.index("{", start) + 1 + len(content) + 1
+    return "".join(out) + text[pos:]
+
+
+def _span_value(span: str) -> tuple[Decimal | None, bool]:
+    """(value, hedged) of a final answer's text: its first number after the last ``=``, when no other candidate is
+    offered beside it."""
+    cleaned = _unbox(_clean(span))
     if "=" in cleaned:
         cleaned = cleaned.rsplit("=", 1)[1]
-    boxed = _boxed_contents(cleaned)
-    if boxed:
-        cleaned = boxed[0][1]
-    for m in NUMBER_RE.finditer(cleaned):
-        value = _token_value(m)
-        if value is None:
-            continue
-        # "\frac{\sqrt{2}}{2}", "10^6", "2\pi": a symbolic answer, not the number it starts with
-        if _SYMBOLIC_RE.search(cleaned, 0, m.start()) or _SYMBOLIC_AFTER_RE.match(cleaned, m.end()):
-            return None
-        return value
-    return None
+    matches = [m for m in NUMBER_RE.finditer(cleaned) if not _is_unit_power(cleaned, m)]
+    if not matches:
+        return None, False
+    first = matches[0]
+    # "\frac{\sqrt{2}}{2}", "10^6", "2\pi": a symbolic answer, not the number it starts with
+    if _SYMBOLIC_RE.search(cleaned, 0, first.start()) or _SYMBOLIC_AFTER_RE.match(cleaned, first.end()):
+        return None, False
+    return _read_candidates(cleaned, matches)
+
+
+_BRACE_RE = re.compile(r"[{}]")
 
 
 def _boxed_contents(text: str) -> list[tuple[int, str]]:
-    """(position, content) of each ``\\boxed{...}`` (braces matched, bounded)."""
+    """(position, content) of each ``\\boxed{...}`` (braces matched, bounded; only the braces are visited)."""
     out = []
     for n, m in enumerate(_BOXED_RE.finditer(text)):
         if n >= MAX_MARKERS:
             break
-        depth, i, end = 1, m.end(), min(len(text), m.end() + MAX_BOXED_CHARS)
-        while i < end:
-            ch = text[i]
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    break
-            i += 1
-        if depth == 0:
-            out.append((m.start(), text[m.end():i]))
+        depth = 1
+        for brace in _BRACE_RE.finditer(text, m.end(), min(len(text), m.end() + MAX_BOXED_CHARS)):
+            depth += 1 if brace.group() == "{" else -1
+            if depth == 0:
+                out.append((m.start(), text[m.end():brace.start()]))
+                break
     return out
 
 
@@ -361,17 +487,21 @@ def find_final_answers(text: str) -> FinalAnswers:
     for pos, span in found:
         if not span:
             continue
+        value, hedged = _span_value(span)
         result.positions.append(pos)
         result.spans.append(span)
-        result.values.append(_span_value(span))
+        result.values.append(value)
+        result.hedged.append(hedged)
     return result
 
 
-def _extract(text: str, mode: str) -> tuple[Decimal | None, FinalAnswers]:
+def _extract(text: str, mode: str) -> tuple[Decimal | None, FinalAnswers, bool]:
+    """(answer, the markers found, whether the answer offered several candidates)."""
     finals = find_final_answers(text)
     if finals.spans or mode == "strict":
-        return finals.value, finals
-    return _last_number(_clean(_strip_thinking(text))), finals
+        return finals.value, finals, any(finals.hedged)
+    value, hedged = _last_number(_clean(_strip_thinking(text)))
+    return value, finals, hedged
 
 
 def extract_answer(text: Any, mode: str = "strict") -> str | None:
@@ -385,10 +515,12 @@ def extract_answer(text: Any, mode: str = "strict") -> str | None:
     (None, '18')
     >>> extract_answer("Final Answer: 5\\nFinal Answer: 6") is None  # two different answers: no answer
     True
+    >>> extract_answer("Final Answer: 12 or 13", mode="lenient") is None  # several candidates: no answer
+    True
     """
     if mode not in ("strict", "lenient"):
         raise ValueError(f"mode must be 'strict' or 'lenient', got {mode!r}")
-    value, _ = _extract(completion_text(text), mode)
+    value, _, _ = _extract(completion_text(text), mode)
     return None if value is None else _normalise(value)
 
 
@@ -409,8 +541,8 @@ def is_correct(completion: Any, ground_truth: Any, mode: str = "strict", use_mat
     if mode not in ("strict", "lenient"):
         raise ValueError(f"mode must be 'strict' or 'lenient', got {mode!r}")
     text = completion_text(completion)
-    value, finals = _extract(text, mode)
-    if finals.conflict or ground_truth is None:
+    value, finals, hedged = _extract(text, mode)
+    if finals.conflict or hedged or ground_truth is None:
         return False
     if value is not None and answers_match(_normalise(value), str(ground_truth), rel_tol, abs_tol):
         return True
