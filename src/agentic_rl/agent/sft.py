@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import setting
+from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError
 from agentic_rl.utils import log, run_dir, set_seed
 
@@ -48,9 +48,11 @@ class AgentSFTConfig:
     seed: int = setting(0, "random seed")
 
     def __post_init__(self) -> None:
-        for name in ("direct_fraction", "skip_tool_fraction"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        check_range(self, ("direct_fraction", "skip_tool_fraction"), 0, 1)
+        check_range(self, ("train_rows", "batch_size"), 1)
+        check_range(self, "heldout_rows", 0)
+        check_range(self, ("epochs", "learning_rate"), 0, low_open=True)
+        check_range(self, ("seed", "data_seed"), *SEED_RANGE)
         if self.direct_fraction + self.skip_tool_fraction > 1.0 + 1e-9:
             raise ConfigError(f"direct_fraction + skip_tool_fraction must be <= 1, got {self.direct_fraction} + "
                               f"{self.skip_tool_fraction}")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import setting
+from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.utils import append_jsonl, has_gpu, log, read_jsonl, run_dir, set_seed
 
@@ -79,6 +79,15 @@ class AgentGRPOConfig:
     report_to: str = setting("tensorboard", "tensorboard | wandb | none")
 
     def __post_init__(self) -> None:
+        check_range(self, ("train_rows", "max_turns", "generation_batch_size", "max_steps", "max_turn_tokens",
+                           "max_completion_length", "lora_r", "lora_alpha", "logging_steps"), 1)
+        check_range(self, ("heldout_rows", "max_tool_calls", "beta"), 0)
+        check_range(self, ("learning_rate", "temperature", "answer_reward"), 0, low_open=True)
+        check_range(self, "epsilon", 0, 1, low_open=True, high_open=True)
+        check_range(self, "top_p", 0, 1, low_open=True)
+        check_range(self, "tool_call_reward")  # any finite number
+        check_range(self, "tool_error_reward", high=0)  # a positive value would reward broken tool calls
+        check_range(self, ("seed", "data_seed"), *SEED_RANGE)
         if self.generation_batch_size % self.num_generations:
             raise ConfigError(f"num_generations ({self.num_generations}) must divide the generation batch "
                               f"({self.generation_batch_size})")
@@ -87,8 +96,6 @@ class AgentGRPOConfig:
         if self.max_turn_tokens > self.max_completion_length:
             raise ConfigError(f"max_turn_tokens ({self.max_turn_tokens}) must not exceed max_completion_length "
                               f"({self.max_completion_length})")
-        if self.tool_error_reward > 0:
-            raise ConfigError("tool_error_reward must be <= 0 (a positive value rewards broken tool calls)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
