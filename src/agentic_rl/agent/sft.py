@@ -117,8 +117,10 @@ def run(config: AgentSFTConfig) -> dict[str, Any]:
         warmup_steps=10, logging_steps=10, save_strategy="no", report_to=[], seed=config.seed, bf16=False,
         max_length=max(longest, 16), packing=False, dataloader_num_workers=0,
     )
+    from agentic_rl.train.monitoring import NonFiniteGuard
+
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
-                         processing_class=tokenizer, peft_config=peft_config)
+                         processing_class=tokenizer, peft_config=peft_config, callbacks=[NonFiniteGuard()])
     result = trainer.train()
     model_dir = Path(out) / "model"
     policy = trainer.model.merge_and_unload() if config.lora else trainer.model

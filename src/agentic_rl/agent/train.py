@@ -199,6 +199,8 @@ def run(config: AgentGRPOConfig) -> dict[str, Any]:
         gradient_checkpointing=config.gradient_checkpointing,
     )
 
+    from agentic_rl.train.monitoring import NonFiniteGuard
+
     class _MetricsFile(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs:
@@ -207,7 +209,8 @@ def run(config: AgentGRPOConfig) -> dict[str, Any]:
     trainer = GRPOTrainer(
         model=model, reward_funcs=[trajectory_return_reward], args=args,
         train_dataset=Dataset.from_list([{"prompt": r["prompt"], "ground_truth": r["ground_truth"]} for r in rows]),
-        processing_class=tokenizer, peft_config=peft_config, rollout_func=rollout_func, callbacks=[_MetricsFile()],
+        processing_class=tokenizer, peft_config=peft_config, rollout_func=rollout_func,
+        callbacks=[_MetricsFile(), NonFiniteGuard()],  # NaN/inf loss or weights: stop, and raise instead of saving
     )
     trainer.train()
 

@@ -212,3 +212,23 @@ def count_parameters(model) -> tuple[int, int]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     return trainable, total
+
+
+def nonfinite_parameters(model, *, trainable_only: bool = False) -> list[str]:
+    """Names of the parameters holding NaN or inf (all of them, or only the trainable ones); ``[]`` when clean.
+
+    One pass over the weights with one device sync per device, so it is cheap next to a training step or a save.
+    """
+    import torch
+
+    by_device: dict[Any, list[tuple[str, Any]]] = {}
+    for name, param in model.named_parameters():
+        if param.requires_grad or not trainable_only:
+            by_device.setdefault(param.device, []).append((name, param))
+    bad = []
+    with torch.no_grad():
+        for named in by_device.values():
+            flags = torch.stack([torch.isfinite(p).all() for _, p in named]).tolist()
+            bad += [n for (n, _), ok in zip(named, flags) if not ok]
+    return bad
+

@@ -527,13 +527,15 @@ def health_monitor(config: GRPOConfig):
 
 def _make_callback(config: GRPOConfig, out: Path, logger: MetricsLogger, rules, heldout, tokenizer,
                    state: dict[str, Any]):
-    """The trainer callback: renamed metrics, health rules, completions.jsonl and periodic held-out evaluation."""
-    from transformers import TrainerCallback
+    """The trainer callback: renamed metrics, health rules, completions.jsonl and periodic held-out evaluation;
+    a :class:`~agentic_rl.train.monitoring.NonFiniteGuard`, so a NaN/inf loss or weights end the run with an error."""
+    from agentic_rl.train.monitoring import NonFiniteGuard
 
-    class GRPOMonitor(TrainerCallback):
+    class GRPOMonitor(NonFiniteGuard):
         trainer = None  # set after the trainer exists (the sample completions live on it)
 
         def on_log(self, args, st, control, logs=None, **kwargs):
+            super().on_log(args, st, control, logs=logs, **kwargs)
             if not logs or self.trainer is None:
                 return
             metrics = rename_metrics(logs)
@@ -565,7 +567,8 @@ def _make_callback(config: GRPOConfig, out: Path, logger: MetricsLogger, rules, 
                 self._heldout(st.global_step, model)
 
         def on_step_end(self, args, st, control, model=None, **kwargs):
-            if heldout is None or not config.heldout_every:
+            super().on_step_end(args, st, control, model=model, **kwargs)
+            if heldout is None or not config.heldout_every or self.problem is not None:
                 return
             if st.global_step % config.heldout_every == 0 or st.global_step >= st.max_steps:
                 self._heldout(st.global_step, model)
