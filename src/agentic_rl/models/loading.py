@@ -181,15 +181,13 @@ def from_pretrained(loader, name: str, kind: str, **kwargs):
                              f"(is its config.json damaged?)") from None
 
 
-_from_pretrained = from_pretrained
-
 
 def load_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False, require_chat_template: bool = True):
     """Tokenizer with a pad token and (unless ``require_chat_template=False``) a checked chat template."""
     from transformers import AutoTokenizer
 
     name = str(name_or_path)
-    tokenizer = _from_pretrained(AutoTokenizer, name, "tokenizer", trust_remote_code=trust_remote_code)
+    tokenizer = from_pretrained(AutoTokenizer, name, "tokenizer", trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ModelLoadError(f"tokenizer of {name} has neither a pad nor an EOS token; add one to its "
@@ -233,7 +231,7 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, dtype: Any = "auto", d
     elif Path(name).is_dir() and not (Path(name) / "config.json").is_file():
         raise ModelLoadError(f"{name} has neither config.json (a model) nor adapter_config.json (an adapter)")
 
-    model = _from_pretrained(AutoModelForCausalLM, base_name, "model", dtype=torch_dtype,
+    model = from_pretrained(AutoModelForCausalLM, base_name, "model", dtype=torch_dtype,
                              trust_remote_code=trust_remote_code)
     check_weights_finite(model, base_name)
     # The tokenizer: the adapter directory's own copy when it has one (SFT saves it there), else the base model's.
