@@ -111,7 +111,8 @@ def test_sft_that_diverges_exits_non_zero_keeps_the_good_checkpoint_and_writes_n
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and "Traceback" not in err
-    assert len(errors) == 1 and errors[0].startswith("error: training stopped at step 3: ") and "checkpoint-2" in errors[0]
+    assert len(errors) == 1 and errors[0].startswith("error: training stopped at step 3: ")
+    assert "checkpoint-2" in errors[0]
     checkpoints = sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.startswith("checkpoint-"))
     assert checkpoints == ["checkpoint-2"]  # the good one is kept; none was written from the broken weights
     saved = load_file(str(out / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors"))

@@ -181,7 +181,6 @@ def from_pretrained(loader, name: str, kind: str, **kwargs):
                              f"(is its config.json damaged?)") from None
 
 
-
 def load_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False, require_chat_template: bool = True):
     """Tokenizer with a pad token and (unless ``require_chat_template=False``) a checked chat template."""
     from transformers import AutoTokenizer
@@ -232,7 +231,7 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, dtype: Any = "auto", d
         raise ModelLoadError(f"{name} has neither config.json (a model) nor adapter_config.json (an adapter)")
 
     model = from_pretrained(AutoModelForCausalLM, base_name, "model", dtype=torch_dtype,
-                             trust_remote_code=trust_remote_code)
+                            trust_remote_code=trust_remote_code)
     check_weights_finite(model, base_name)
     # The tokenizer: the adapter directory's own copy when it has one (SFT saves it there), else the base model's.
     tok_source = name if adapter_dir is not None and _has_tokenizer(adapter_dir) else base_name
