@@ -117,7 +117,12 @@ def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(t
         # Without tools the environment never executes a call.
         assert report[stage]["without_tools"]["tool_calls_per_episode"] == 0.0
     assert (tmp_path / "agentic" / "report.md").is_file()
-    assert (tmp_path / "agentic" / "grpo" / "stage.json").is_file()
+    marker = tmp_path / "agentic" / "grpo" / "stage.json"
+    before = marker.read_bytes()
+    # Another seed does not reuse this run's stages (nor deletes them): it is an error naming the setting.
+    with pytest.raises(ConfigError, match=r"other settings: seed \(0 -> 1\)"):
+        run_agentic_quickstart(tmp_path / "agentic", smoke=True, seed=1)
+    assert marker.read_bytes() == before
 
 
 @pytest.mark.parametrize("preset", ["quickstart", "quickstart-smoke"])

@@ -353,7 +353,7 @@ def test_build_rewards_builtins_and_weights():
     assert weights == [1.0, 0.2, 0.5, 1.0]
     assert isinstance(funcs[2], LengthPenaltyReward) and funcs[2].alpha == 0.01 and funcs[2].target_length == 10
     assert funcs[3].mode == "lenient"
-    assert set(REWARDS) == {"accuracy", "length", "step", "format", "process"}
+    assert set(REWARDS) == {"accuracy", "length", "step", "format", "process", "judge"}
     assert get_reward("step", beta=0.5).beta == 0.5
     funcs, _ = build_rewards(["accuracy", "step(mode=strict)"], defaults={"mode": "lenient", "alpha": 3})
     assert funcs[0].mode == "lenient" and funcs[1].accuracy.mode == "strict"

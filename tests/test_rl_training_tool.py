@@ -103,7 +103,8 @@ def test_errors_are_json_not_exceptions(tmp_path):
     ]
     for params, message in cases:
         result = _call(tool, **params)
-        assert set(result) == {"error", "action"} and message in result["error"], (params, result)
+        assert set(result) == {"status", "error", "message", "action"} and message in result["error"], (params, result)
+        assert result["status"] == "error" and result["message"] == result["error"]
     assert "JSON object" in json.loads(tool.run({"input": "train sft please"}))["error"]
     assert json.loads(tool.run('{"action": "status"}'))["runs"] == []
 
@@ -185,3 +186,194 @@ def test_plain_class_without_hello_agents(tmp_path):
     assert out.returncode == 0, out.stderr
     status, names = out.stdout.strip().splitlines()[-2:]
     assert json.loads(status)["runs"] == [] and json.loads(names) == ["action", "algorithm", "name"]
+
+
+# --- The book's calls (hello-agents' own rl_training tool), written as Hello-Agents writes them ---------------------
+# The machine is offline, so where the book would download openai/gsm8k, a call adds our 'source' / 'dataset' key
+# pointing at the real GSM8K files, or uses a dataset registered with the book's register_dataset.
+
+def _gsm8k_rows(gsm8k_dir: Path, n: int, split: str = "train") -> list[dict]:
+    lines = (gsm8k_dir / f"{split}.jsonl").read_text().splitlines()[:n]
+    return [json.loads(line) for line in lines]
+
+
+def _book_sft_rows(rows: list[dict]) -> list[dict]:
+    """Rows as the book's GSM8KDataset.format_for_sft writes them."""
+    out = []
+    for row in rows:
+        reasoning, final = row["answer"].split("####")
+        prompt = f"Question: {row['question']}\n\nLet's solve this step by step:\n"
+        completion = f"{reasoning.strip()}\n\nFinal Answer: {final.strip()}"
+        out.append({"prompt": prompt, "completion": completion, "text": prompt + completion})
+    return out
+
+
+def test_book_load_dataset_sft_and_rl(gsm8k_dir, tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    sft = _call(tool, action="load_dataset", format="sft", split="train", max_samples=5, source=str(gsm8k_dir))
+    assert sft["status"] == "success" and sft["format"] == "sft" and sft["split"] == "train"
+    assert sft["dataset_size"] == 5 and sft["sample_keys"] == ["prompt", "completion"]
+    example = sft["formatted_example"]
+    assert example["prompt"][-1] == {"role": "user", "content": sft["example"]["question"]}
+    assert example["completion"][0]["content"].endswith(f"Final Answer: {sft['example']['ground_truth']}")
+
+    rl = _call(tool, action="load_dataset", format="rl", split="test", model_name=str(tiny_model_dir),
+               source=str(gsm8k_dir))
+    assert rl["dataset_size"] == 100                        # the book's default max_samples
+    assert rl["sample_keys"] == ["question", "prompt", "ground_truth", "full_answer"]
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    assert rl["prompt_text"] == tokenizer.apply_chat_template(rl["formatted_example"]["prompt"], tokenize=False,
+                                                              add_generation_prompt=True)
+    assert rl["example"]["question"] in rl["prompt_text"]
+    bad = _call(tool, action="load_dataset", format="chat", source=str(gsm8k_dir))
+    assert bad["status"] == "error" and "'format' must be sft or rl" in bad["message"]
+
+
+def test_book_create_reward_matches_the_book_formulas(tmp_path):
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    accuracy = _call(tool, action="create_reward", reward_type="accuracy")
+    assert accuracy["status"] == "success" and accuracy["reward_type"] == "accuracy"
+    assert accuracy["specs"] == ["accuracy:1.0"] and accuracy["functions"] == ["accuracy"]
+
+    right_long = "4 * 3 = 12\n" + "I am sure. " * 4 + "\nFinal Answer: 12"      # 72 characters
+    texts = [right_long, "Final Answer: 12", "Final Answer: 13"]
+    length = _call(tool, action="create_reward", reward_type="length_penalty", penalty_weight=0.1, max_length=20,
+                   completions=texts, ground_truth="12")
+    assert length["penalty_weight"] == 0.1 and length["max_length"] == 20 and "20 characters" in length["description"]
+    # The book: max(0, r - w * (L - L_max) / L_max) when L > L_max characters.
+    expected = [max(0.0, 1.0 - 0.1 * (len(right_long) - 20) / 20), 1.0, 0.0]
+    assert [s["total"] for s in length["scores"]] == pytest.approx(expected)
+    assert 0 < expected[0] < 1
+    if HELLO_AGENTS:  # the book's own implementation gives the same numbers
+        from hello_agents.rl import create_accuracy_reward, create_length_penalty_reward
+
+        book_fn = create_length_penalty_reward(create_accuracy_reward(), max_length=20, penalty_weight=0.1)
+        assert book_fn(texts, ground_truth=["12"] * 3) == pytest.approx(expected)
+    default = _call(tool, action="create_reward", reward_type="length_penalty")
+    assert default["penalty_weight"] == 0.001 and default["max_length"] == 1024
+
+    steps = "4 * 3 = 12\n12 + 1 = 13\n13 - 1 = 12\nFinal Answer: 12"
+    step = _call(tool, action="create_reward", reward_type="step", completions=[steps], ground_truth="12")
+    assert step["step_bonus"] == 0.1 and step["specs"] == ["step(beta=0.1,max_steps=5)"]
+    assert step["scores"][0]["total"] == pytest.approx(1.3)        # the book: 1.0 + 0.1 x 3 newlines
+    if HELLO_AGENTS:
+        from hello_agents.rl import create_accuracy_reward, create_step_reward
+
+        assert create_step_reward(create_accuracy_reward(), 0.1)([steps], ground_truth=["12"]) == pytest.approx([1.3])
+    capped = _call(tool, action="create_reward", reward_type="step", step_bonus=0.25, completions=[steps],
+                   ground_truth="12")
+    assert capped["scores"][0]["total"] == pytest.approx(1.5)      # the book caps the bonus at 0.5
+
+    for params, message in [({"reward_type": "fancy"}, "reward_type must be one of accuracy, length_penalty, step"),
+                            ({"reward_type": "accuracy", "step_bonus": 0.1}, "'step_bonus' does not apply"),
+                            ({"reward_type": "step", "rewards": ["format"]}, "not both"),
+                            ({"reward_type": "length_penalty", "max_length": 0}, "positive integer")]:
+        result = _call(tool, action="create_reward", **params)
+        assert result["status"] == "error" and message in result["message"], (params, result)
+
+
+def test_book_register_dataset_and_train_sft(tiny_model_dir, gsm8k_dir, tmp_path):
+    import datasets
+
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    raw = _gsm8k_rows(gsm8k_dir, 6)
+    tool.register_dataset("my_sft", datasets.Dataset.from_list(_book_sft_rows(raw)))
+    saved = [json.loads(line) for line in (tmp_path / "ws/datasets/my_sft/train.jsonl").read_text().splitlines()]
+    assert [r["question"] for r in saved] == [r["question"] for r in raw]   # the book's prompt wrapper is removed
+    assert [r["ground_truth"] for r in saved] == [r["answer"].split("####")[1].strip() for r in raw]
+
+    out = tmp_path / "output" / "sft"
+    result = _call(tool, action="train", algorithm="sft", model_name=str(tiny_model_dir), dataset="my_sft",
+                   num_epochs=1, batch_size=4, max_samples=4, use_lora=False, output_dir=str(out),
+                   use_tensorboard=True, use_wandb=False)
+    assert result["status"] == "success", result
+    assert result["model"] == str(tiny_model_dir) and result["num_epochs"] == 1 and result["dataset_size"] == 4
+    assert result["output_dir"] == str(out) and result["metrics"]["global_step"] == 1   # 4 rows / batch 4, 1 epoch
+    written = yaml.safe_load((out / "config.yaml").read_text())
+    assert written["full"] is True and written["epochs"] == 1.0 and written["max_steps"] == -1
+    assert written["batch_size"] == 4 and written["max_samples"] == 4 and written["report_to"] == "tensorboard"
+    assert written["model"] == str(tiny_model_dir) and written["dataset"] == str(tmp_path / "ws/datasets/my_sft")
+    assert any((out / "tensorboard").rglob("events.out.tfevents.*"))
+
+
+def test_book_grpo_with_custom_dataset_and_registered_reward(tiny_model_dir, gsm8k_dir, tmp_path):
+    """The book's GRPO call: a dataset handed over as an object, and a reward registered under the dataset's name
+    (the book's rule) that expects plain completion strings."""
+    import datasets
+
+    seen: list = []
+
+    def brevity(completions, **kwargs):  # written for the book: string completions, ground_truth in kwargs
+        seen.append((completions, kwargs["ground_truth"]))
+        return [0.5 if isinstance(c, str) else -1.0 for c in completions]
+
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    rl_rows = [{"question": r["question"], "ground_truth": r["answer"].split("####")[1].strip(),
+                "full_answer": r["answer"], "prompt": r["question"]} for r in _gsm8k_rows(gsm8k_dir, 8)]
+    tool.register_dataset("mini", datasets.Dataset.from_list(rl_rows))
+    tool.register_reward_function("mini", brevity)
+    result = _call(tool, action="train", algorithm="grpo", model_name=str(tiny_model_dir), dataset="mini",
+                   num_epochs=1, max_samples=4, batch_size=4, use_lora=True, use_tensorboard=False,
+                   num_generations=2, gradient_accumulation_steps=1, max_completion_length=8, heldout_every=0)
+    assert result["status"] == "success", result
+    written = yaml.safe_load((Path(result["output_dir"]) / "config.yaml").read_text())
+    # 1 epoch of 4 prompts x 2 completions, 4 completions per optimizer step -> 2 steps
+    assert written["max_steps"] == 2 and result["metrics"]["steps"] == 2 and result["dataset_size"] == 4
+    assert written["max_train_samples"] == 4 and written["full"] is False and written["report_to"] == ["none"]
+    assert len(written["rewards"]) == 1 and "IN_PROCESS_REWARDS.mini_" in written["rewards"][0]
+    assert seen and all(isinstance(c, str) for batch, _ in seen for c in batch)
+    assert {t for _, truths in seen for t in truths} <= {r["ground_truth"] for r in rl_rows}
+    assert result["metrics"]["last_logged"]["grpo/reward/mini"] == pytest.approx(0.5)
+
+    # custom_dataset / custom_reward as objects in the call itself; wandb_project reaches W&B (offline).
+    result = _call(tool, action="train", algorithm="grpo", model_name=str(tiny_model_dir),
+                   custom_dataset=datasets.Dataset.from_list(rl_rows[4:]), custom_reward=brevity, num_epochs=1,
+                   batch_size=4, use_wandb=True, use_tensorboard=False, wandb_project="book-project",
+                   num_generations=2, gradient_accumulation_steps=1, max_completion_length=8, heldout_every=0)
+    assert result["status"] == "success", result
+    assert result["custom_dataset"] == "custom_dataset_2" and result["custom_reward"] == "custom_reward_2"
+    assert result["dataset_size"] == 4 and result["metrics"]["steps"] == 2
+    assert result["config"]["report_to"] == ["wandb"]
+    run_files = list(Path(result["output_dir"]).rglob("*.wandb"))
+    assert run_files and b"book-project" in run_files[0].read_bytes()
+
+
+def test_book_evaluate(tiny_model_dir, gsm8k_dir, tmp_path):
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    result = _call(tool, action="evaluate", model_path=str(tiny_model_dir), max_samples=2, dataset=str(gsm8k_dir))
+    assert result["status"] == "success", result
+    assert result["model_path"] == str(tiny_model_dir) and result["num_samples"] == 2 and result["split"] == "test"
+    assert result["accuracy"] == result["metrics"]["accuracy_strict"]
+    assert result["average_reward"] == result["metrics"]["avg_reward"] and result["device"] in ("cpu", "cuda")
+    written = yaml.safe_load((Path(result["output_dir"]) / "config.yaml").read_text())
+    assert written["max_new_tokens"] == 128 and written["max_samples"] == 2   # the book's generation length
+
+
+def test_book_keys_errors(tmp_path):
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    cases = [
+        ({"action": "train", "model_name": "m", "num_epoch": 2}, "unknown train key 'num_epoch' for sft (did you "
+                                                                  "mean 'num_epochs'?)"),
+        ({"action": "train", "algorithm": "grpo", "model": "m", "bogus_key": 1}, "unknown train key 'bogus_key'"),
+        ({"action": "train", "model_name": "m", "model": "m"}, "give 'model_name' (the book's name) or 'model'"),
+        ({"action": "train", "model_name": "m", "use_lora": False, "full": True}, "'use_lora'"),
+        ({"action": "train", "model_name": "m", "use_lora": "no"}, "'use_lora' must be true or false"),
+        ({"action": "train", "model_name": "m", "custom_reward": "accuracy"}, "'custom_reward' belongs to "
+                                                                               "algorithm grpo"),
+        ({"action": "train", "model_name": "m", "num_epochs": 2, "max_steps": 5}, "'num_epochs' or 'max_steps'"),
+        ({"action": "train", "model_name": "m", "use_wandb": True, "report_to": "none"}, "not both"),
+        ({"action": "evaluate", "model_path": "m", "model": "m"}, "give 'model_path'"),
+        ({"action": "load_dataset", "format": "sft", "model_nam": "m"}, "unknown load_dataset key 'model_nam'"),
+        ({"action": "TRAIN", "algorithm": "PPO"}, "one of sft, grpo; got 'ppo'"),   # lower-cased as the book does
+    ]
+    for params, message in cases:
+        result = _call(tool, **params)
+        assert result["status"] == "error" and message in result["message"], (params, result)
+    # Without 'action', a call in the book's words is a train call (the book's default action).
+    result = _call(tool, model_name="m", num_epochs=0)
+    assert result["action"] == "train" and "'num_epochs' must be a positive number" in result["message"]
+    with pytest.raises(Exception, match="must be callable"):
+        tool.register_reward_function("r", 3)
+    assert not (tmp_path / "ws" / "runs").exists()   # nothing was trained or written by the failed calls

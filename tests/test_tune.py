@@ -232,6 +232,61 @@ def test_two_workers_share_one_sqlite_study(tmp_path, search="bayes"):
     assert len(_trials(tmp_path)) == n                              # and no stray trial in the study
 
 
+_DYING_WORKER = textwrap.dedent("""
+    import os, signal, sys, time
+    from pathlib import Path
+    from agentic_rl.tune import TuneConfig, optimize, parse_space
+    url, n, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+    space = parse_space({"lr": "loguniform(1e-6, 1e-4)", "r": [8, 16, 32, 64]})
+    def objective(trial, params):
+        trial_dir = out / "trials" / str(trial.number)
+        (trial_dir / "checkpoints" / "checkpoint-1").mkdir(parents=True)
+        (trial_dir / "checkpoints" / "checkpoint-1" / "model.safetensors").write_bytes(b"weights")
+        (trial_dir / "adapter").mkdir()
+        (trial_dir / "config.yaml").write_text("lr: 1\\n")
+        if trial.number == 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-trial, with weights on disk
+        time.sleep(0.3)
+        return params["lr"]
+    optimize(TuneConfig(search="random", seed=0), space, objective, url, n, trials_dir=out / "trials")
+""")
+
+
+def _assert_killed_trial_was_rerun(tmp_path: Path, n: int) -> None:
+    from optuna.trial import TrialState
+
+    trials = {t.number: t for t in _trials(tmp_path)}
+    assert trials[1].state == TrialState.FAIL
+    assert sum(t.state == TrialState.COMPLETE for t in trials.values()) == n and len(trials) == n + 1
+    retry = [t for t in trials.values() if t.user_attrs.get("retry_of") == 1]
+    assert len(retry) == 1 and retry[0].params == trials[1].params and retry[0].state == TrialState.COMPLETE
+    killed = tmp_path / "trials" / "1"
+    assert sorted(p.name for p in killed.iterdir()) == ["config.yaml"]  # weights gone, config kept
+    for number in trials:  # every other trial's folder is untouched
+        if number != 1:
+            assert (tmp_path / "trials" / str(number) / "checkpoints" / "checkpoint-1" / "model.safetensors").exists()
+
+
+def test_a_killed_worker_s_trial_is_rerun_by_the_other_worker(tmp_path):
+    n = 4
+    cmd = [sys.executable, "-c", _DYING_WORKER, _url(tmp_path), str(n), str(tmp_path)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert sorted(p.returncode for p in procs) == [-9, 0], outputs  # one worker was killed, the other finished
+    _assert_killed_trial_was_rerun(tmp_path, n)
+
+
+def test_rerunning_after_a_lone_worker_was_killed_completes_the_study(tmp_path):
+    n = 3
+    cmd = [sys.executable, "-c", _DYING_WORKER, _url(tmp_path), str(n), str(tmp_path)]
+    killed = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)  # no wait for a stale heartbeat
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "worker" in again.stderr + again.stdout and "is gone" in again.stderr + again.stdout
+    _assert_killed_trial_was_rerun(tmp_path, n)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Outputs
 # ---------------------------------------------------------------------------------------------------------------
@@ -376,3 +431,62 @@ def test_two_sft_workers_then_the_best_yaml_reproduces_its_trial(tmp_path, tiny_
                            load_heldout(tune_config, best_cfg, 3))
     assert value == pytest.approx(best.value)
     assert json.loads((trial_dir / "tune_score.json").read_text())["accuracy"] == pytest.approx(best.value)
+
+
+_SFT_WORKER_KILLED_IN_TRIAL_0 = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from transformers import TrainerCallback
+    from agentic_rl import tune
+    from agentic_rl.cli import main
+
+    class DieAfterCheckpoint(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)  # kill -9 right after a checkpoint reached the disk
+
+    real_stage_class = tune.stage_class
+    def stage_class(stage):
+        cls, run = real_stage_class(stage)
+        def run_and_die_in_trial_0(cfg, callbacks=None):
+            if Path(cfg.output_dir).parts[-2:] == ("trials", "0"):
+                callbacks = [*(callbacks or []), DieAfterCheckpoint()]
+            return run(cfg, callbacks=callbacks)
+        return cls, run_and_die_in_trial_0
+    tune.stage_class = stage_class
+    sys.exit(main(["tune", "--config", sys.argv[1]]))
+""")
+
+
+@pytest.mark.slow
+def test_real_sft_trial_killed_mid_training_is_cleaned_and_rerun(tmp_path, tiny_model_dir):
+    """The lone worker is killed during trial 0's training; re-running the command removes that trial's
+    checkpoints, reruns its parameters as trial 1 and finishes the study, which keeps trial 1's weights
+    (keep_models)."""
+    import os
+
+    from optuna.trial import TrialState
+
+    out = tmp_path / "search"
+    spec = {"stage": "sft", "search": "random", "trials": 1, "seed": 0, "output_dir": str(out),
+            "space": {"learning_rate": "loguniform(1e-4, 1e-2)"},
+            "fixed": {"model": str(tiny_model_dir), "max_samples": 16, "batch_size": 4, "report_to": "none",
+                      "save_steps": 1},
+            "budget_steps": 2, "eval_samples": 2, "max_new_tokens": 4, "prune": False, "keep_models": True}
+    config_path = tmp_path / "tune.yaml"
+    config_path.write_text(yaml.safe_dump(spec))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    killed = subprocess.run([sys.executable, "-c", _SFT_WORKER_KILLED_IN_TRIAL_0, str(config_path)], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+    assert (out / "trials" / "0" / "checkpoints" / "checkpoint-1").is_dir()  # weights were on disk when it died
+
+    again = subprocess.run([sys.executable, "-m", "agentic_rl", "tune", "--config", str(config_path)], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    trials = {t.number: t for t in _trials(out)}
+    assert trials[0].state == TrialState.FAIL and trials[1].state == TrialState.COMPLETE and len(trials) == 2
+    assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
+    assert not any((out / "trials" / "0" / name).exists() for name in ("checkpoints", "adapter", "merged"))
+    assert (out / "trials" / "0" / "config.yaml").is_file()       # what the trial was stays readable
+    assert (out / "trials" / "1" / "adapter" / "adapter_model.safetensors").is_file()  # the finished one keeps its
+    assert "1 complete, 0 pruned of 2 trials" in (out / "report.md").read_text()

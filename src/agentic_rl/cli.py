@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
                    "The whole embedded ladder on CPU: data, tiny base, SFT, GRPO, evaluation, export, report."),
     "pipeline": ("agentic_rl.pipeline", "PipelineConfig", "run_pipeline",
                  "The same ladder for any model and dataset, each stage switchable (see configs/)."),
+    "compare": ("agentic_rl.eval.compare", "CompareConfig", "run",
+                "GRPO vs its compute-matched SFT control over seeds: paired differences with 95-percent intervals."),
     "tune": ("agentic_rl.tune", "TuneConfig", "run", "Hyper-parameter search (grid, random, Bayesian) on Optuna."),
     "export": ("agentic_rl.deploy.export", "ExportConfig", "run",
                "Write a merged model directory that transformers and vLLM load as is."),

@@ -8,6 +8,7 @@ model and dataset (e.g. ``configs/qwen3-0.6b-gsm8k.yaml``), each stage switchabl
 Everything lands in one run directory::
 
     runs/<name>/
+      .agentic-rl-run      marker: a run directory agentic-rl created (the only kind --fresh deletes)
       config.yaml          resolved pipeline config (every stage's resolved config is in its own folder too)
       pretrain/ sft/ grpo/ stage outputs: checkpoints, TensorBoard events, adapter/ and merged/ models
       eval/<stage>/        metrics.json, predictions.jsonl, report.md per evaluated model
@@ -15,14 +16,16 @@ Everything lands in one run directory::
       report.md            stage comparison table + training curves (PNG)
       summary.json         per stage: metrics (stages.<stage>.accuracy) and wall time
 
-Re-running skips stages whose ``<stage>/stage.json`` marker exists; ``--fresh`` starts over; stages themselves resume
-from their last checkpoint when interrupted.
+Re-running skips stages whose ``<stage>/stage.json`` marker exists and records the same settings; a stage made with
+other settings (another seed, other steps) is an error, never silently reused or deleted: use a new ``--name`` or
+``--fresh``. A stage that was interrupted (checkpoints, no ``stage.json``) resumes from its last complete checkpoint
+when its settings match. ``--fresh`` deletes the run directory and starts over, only once the whole configuration
+has been validated, and only a directory this project created as a run directory (see ``agentic_rl.runs``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -31,7 +34,9 @@ from typing import Any, Callable
 
 from agentic_rl.config import check_keys, config_from_dict, format_config, read_yaml, save_config
 from agentic_rl.errors import ConfigError
-from agentic_rl.utils import log, read_json, run_dir, write_json
+from agentic_rl.runs import (check_run_name, create_run_root, delete_run_dir, describe, differing_keys, has_run,
+                             settings_of, stage_settings_mismatch, stored_settings)
+from agentic_rl.utils import log, read_json, warn, write_json
 
 STAGES = ["pretrain", "sft", "grpo", "export"]
 EMBEDDED = "embedded"
@@ -60,6 +65,7 @@ class PipelineConfig:
     eval: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for evaluation"})
 
     def __post_init__(self) -> None:
+        check_run_name(self.name)
         unknown = [s for s in self.stages if s not in STAGES]
         if unknown:
             raise ConfigError(f"unknown stage(s) {unknown} in 'stages'; choose from {STAGES}")
@@ -84,6 +90,9 @@ class QuickstartConfig:
     preset_file: str | None = field(default=None, metadata={
         "help": "a pipeline YAML to use instead of the embedded preset (same schema as `agentic-rl pipeline`)"})
 
+    def __post_init__(self) -> None:
+        check_run_name(self.name)
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Stage runners: each resolves its stage config (unknown keys are errors) and calls the stage as a function.
@@ -98,19 +107,33 @@ def _done_marker(path: Path) -> Path:
     return path / "stage.json"
 
 
-def _run_stage(name: str, out: Path, fn: Callable[[], dict[str, Any]], summary: dict[str, Any] | None = None
-               ) -> dict[str, Any]:
-    """Run one stage unless its marker says it finished; record its wall time and model in the summary."""
+def _other_settings_error(name: str, out: Path, differences: list[str]) -> ConfigError:
+    return ConfigError(f"stage {name} in {out} was made with other settings: {describe(differences)}; use a new --name "
+                       "(or --output-dir) for these settings, or --fresh to start the run over")
+
+
+def _run_stage(name: str, out: Path, fn: Callable[[], dict[str, Any]], summary: dict[str, Any] | None = None,
+               settings: Any = None) -> dict[str, Any]:
+    """Run one stage unless its marker says it finished with the same ``settings`` (the stage's resolved config);
+    record its wall time and model in the summary. A marker with other settings is an error."""
     marker = _done_marker(out)
+    current = settings_of(settings) if settings is not None else None
     if marker.is_file():
         result = read_json(marker)
+        stored = stored_settings(marker)
+        if current is not None and stored is None:
+            warn(f"stage {name}: {marker} records no settings (made by an older version); reusing it unchecked")
+        elif current is not None:
+            differences = differing_keys(stored, current)
+            if differences:
+                raise _other_settings_error(name, out, differences)
         log(f"stage {name}: already done ({result.get('wall_time_s', 0):.0f}s), skipping — use --fresh to redo")
     else:
         log(f"stage {name}: starting")
         start = time.time()
         result = fn()
         result = {**result, "wall_time_s": round(time.time() - start, 1)}
-        write_json(marker, result)
+        write_json(marker, {**result, **({"settings": current} if current is not None else {})})
         log(f"stage {name}: done in {result['wall_time_s']:.0f}s")
     if summary is not None:
         summary["stages"].setdefault(name, {}).update(
@@ -131,7 +154,7 @@ def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, su
         metrics = run_eval(eval_config)["models"][model_dir]
         return {"metrics": {k: v for k, v in metrics.items() if k != "predictions"}}
 
-    result = _run_stage(f"eval {label}", out, go)
+    result = _run_stage(f"eval {label}", out, go, settings=eval_config)
     metrics = result["metrics"]
     summary["stages"].setdefault(label, {}).update({
         "metrics": metrics, "accuracy": metrics.get("accuracy_strict"),
@@ -140,36 +163,72 @@ def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, su
     return result
 
 
-def _check_sections(config: PipelineConfig) -> None:
-    """Resolve every stage section before anything runs, so a typo fails in the first second, not after SFT."""
+def _train_defaults(config: PipelineConfig, name: str, model_dir: str, out: Path) -> dict[str, Any]:
+    """The values the pipeline gives a training stage (its section overrides them)."""
+    if name == "pretrain":
+        return {"output_dir": str(out), "seed": config.seed}
+    return {"model": model_dir, "dataset": config.dataset, "seed": config.seed, "system_prompt": config.system_prompt,
+            "output_dir": str(out)}
+
+
+def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
+    """Resolve every stage section into its typed config (key names, types and values) before anything runs or is
+    deleted, so a typo or a bad value fails in the first second, not after SFT — or after ``--fresh``."""
     from agentic_rl.eval.evaluate import EvalConfig
 
-    sections: list[tuple[str, type, dict[str, Any]]] = [("eval", EvalConfig, config.eval)]
-    if "pretrain" in config.stages:
+    root = root if root is not None else Path("runs") / config.name
+    for name in _train_stages(config):
+        cls = _stage_class(name)
+        section = getattr(config, name)
+        check_keys(cls, section, where=f"{config.name}: {name}")
+        _stage_config(cls, section, _train_defaults(config, name, config.model, root / name),
+                      where=f"{config.name}: {name}")
+    _stage_config(EvalConfig, config.eval, {"models": [config.model], "dataset": config.dataset, "split": "test",
+                                            "system_prompt": config.system_prompt, "max_samples": config.eval_samples,
+                                            "seed": config.seed, "output_dir": str(root / "eval")},
+                  where=f"{config.name}: eval")
+
+
+def _train_stages(config: PipelineConfig) -> list[str]:
+    return [name for name in ("pretrain", "sft", "grpo") if name in config.stages]
+
+
+def _stage_class(name: str) -> type:
+    if name == "pretrain":
         from agentic_rl.train.pretrain import PretrainConfig
 
-        sections.append(("pretrain", PretrainConfig, config.pretrain))
-    if "sft" in config.stages:
+        return PretrainConfig
+    if name == "sft":
         from agentic_rl.train.sft import SFTConfig
 
-        sections.append(("sft", SFTConfig, config.sft))
-    if "grpo" in config.stages:
-        from agentic_rl.train.grpo import GRPOConfig
+        return SFTConfig
+    from agentic_rl.train.grpo import GRPOConfig
 
-        sections.append(("grpo", GRPOConfig, config.grpo))
-    for name, cls, section in sections:
-        check_keys(cls, section, where=f"{config.name}: {name}")
+    return GRPOConfig
+
+
+def _resume_interrupted(name: str, out: Path, values: dict[str, Any], cls: type, where: str) -> dict[str, Any]:
+    """A stage folder without ``stage.json`` but with a run in it was interrupted: resume it when its recorded
+    settings are these; refuse when they are not (never silently reuse or delete it)."""
+    if _done_marker(out).is_file() or not has_run(out):
+        return values
+    differences = stage_settings_mismatch(out, _stage_config(cls, values, {}, where=where))
+    if differences:
+        raise _other_settings_error(name, out, differences)
+    log(f"stage {name}: {out} holds an interrupted run with the same settings; resuming it")
+    return {**values, "resume": True}
 
 
 def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     root = Path(config.output_dir) if config.output_dir else Path("runs") / config.name
-    if config.fresh and root.exists():
-        log(f"--fresh: removing {root}")
-        shutil.rmtree(root)
-    root = run_dir(root, config.name)
     print(format_config(config, "pipeline"))
-    _check_sections(config)
-    save_config(config, root / "config.yaml")
+    _check_sections(config, root)  # the whole configuration first: nothing is deleted or written before it passes
+    if config.fresh and root.exists():
+        delete_run_dir(root)  # only a run directory this project created, never the cwd, home or a parent
+    new_run = not has_run(root)
+    root = create_run_root(root, "pipeline")
+    if new_run:
+        save_config(config, root / "config.yaml")
     summary: dict[str, Any] = {"name": config.name, "seed": config.seed, "stages": {}}
     started = time.time()
     model_dir = config.model
@@ -181,9 +240,11 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
         from agentic_rl.train.pretrain import run as run_pretrain
 
         out = root / "pretrain"
-        cfg = _stage_config(PretrainConfig, config.pretrain, {"output_dir": str(out), "seed": config.seed},
-                            where=f"{config.name}: pretrain")
-        result = _run_stage("pretrain", out, lambda: _jsonable(run_pretrain(cfg)), summary)
+        where = f"{config.name}: pretrain"
+        values = _resume_interrupted("pretrain", out, {**_train_defaults(config, "pretrain", model_dir, out),
+                                                       **config.pretrain}, PretrainConfig, where)
+        cfg = _stage_config(PretrainConfig, values, {}, where=where)
+        result = _run_stage("pretrain", out, lambda: _jsonable(run_pretrain(cfg)), summary, settings=cfg)
         model_dir = result["model_dir"]
     stage_models["base"] = model_dir
     if config.evaluate_stages and ("sft" in config.stages or "grpo" in config.stages):
@@ -197,10 +258,11 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
         if name not in config.stages:
             continue
         out = root / name
-        cfg = _stage_config(cls, section, {"model": model_dir, "dataset": config.dataset, "seed": config.seed,
-                                           "system_prompt": config.system_prompt, "output_dir": str(out)},
-                            where=f"{config.name}: {name}")
-        result = _run_stage(name, out, lambda: _jsonable(module.run(cfg)), summary)
+        where = f"{config.name}: {name}"
+        values = _resume_interrupted(name, out, {**_train_defaults(config, name, model_dir, out), **section}, cls,
+                                     where)
+        cfg = _stage_config(cls, values, {}, where=where)
+        result = _run_stage(name, out, lambda: _jsonable(module.run(cfg)), summary, settings=cfg)
         model_dir = result["model_dir"]
         stage_models[name] = model_dir
         if config.evaluate_stages:
@@ -213,12 +275,13 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
 
         out = root / "export"
         cfg = config_from_dict(ExportConfig, {"source": model_dir, "out": str(out)}, where=f"{config.name}: export")
-        _run_stage("export", out, lambda: {"model_dir": str(run_export(cfg))}, summary)
+        _run_stage("export", out, lambda: {"model_dir": str(run_export(cfg))}, summary, settings=cfg)
         summary["export_dir"] = str(out)
 
     # --- 5. report -----------------------------------------------------------------------------------------------
     summary["total_wall_time_s"] = round(time.time() - started, 1)
     summary["models"] = stage_models
+    save_config(config, root / "config.yaml")  # every stage agreed with these settings
     write_json(root / "summary.json", summary)
     from agentic_rl.report import write_pipeline_report
 

@@ -21,6 +21,14 @@ good vs bad trials proposes the next point). Trials share a study in an Optuna R
 ``<output_dir>/study.db`` (SQLite), so re-running the same command resumes an interrupted search; any RDB URL
 (``postgresql://...``) lets several workers or machines share one study — start the same command once per worker.
 ``trials`` counts finished (complete or pruned) trials of the whole study, across workers, with no trial run twice.
+A worker that runs out of trials to start waits for those still running in other workers, so when a command returns
+the study holds its ``trials``.
+
+A worker killed mid-trial (``kill -9``, the OOM killer): its trial is marked failed — at once by a worker on the same
+machine that finds the process gone, else by any worker once the trial's heartbeat is 60 s old — the weights in its
+``trials/<n>/`` are deleted (its config and logs stay), and its parameters run again as a new trial (``retry_of`` in
+the table), at most three attempts per parameter set; after that the failure stands and another point is sampled.
+Re-running the command after a lone worker was killed resumes the same way.
 Every trial gets the same ``seed``, so differences between trials come from the hyper-parameters.
 
 Outputs in the run directory: ``trials.csv`` and ``report.md`` (a table of trials, the best values, the plots
@@ -47,6 +55,7 @@ import io
 import json
 import math
 import os
+import socket
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -394,15 +403,19 @@ def storage_url(config: TuneConfig, out: Path) -> str:
     return config.storage or f"sqlite:///{(out / 'study.db').resolve()}"
 
 
-def open_study(config: TuneConfig, url: str):
-    """Create or load the study. SQLite waits for locks (several workers); heartbeats mark dead workers' trials."""
+def open_study(config: TuneConfig, url: str, trials_dir: Path | None = None):
+    """Create or load the study. SQLite waits for locks (several workers); heartbeats mark dead workers' trials
+    failed, and :func:`_abandon` cleans their ``trials_dir/<n>`` and queues them again."""
+    import functools
+
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     engine_kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
     try:
         storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=10,
-                                             grace_period=60, heartbeat_stale_trial_callback=_requeue)
+                                             grace_period=60, heartbeat_stale_trial_callback=functools.partial(
+                                                 _abandon, trials_dir=trials_dir))
     except Exception as exc:  # an unreachable database, a bad URL, a missing driver
         raise ConfigError(f"cannot open the study storage {url!r}: {exc}") from None
     if url.startswith("sqlite"):
@@ -429,12 +442,80 @@ def _sqlite_wal(engine) -> None:
         conn.execute(text("SELECT 1"))
 
 
+_MAX_ATTEMPTS = 3  # runs of one parameter set whose worker died or was interrupted before its failure stands
+_WAIT_POLL_S = 2.0  # how often a worker with nothing to start checks the trials running elsewhere
+
+
 def _requeue(study, trial) -> None:
     """A trial that did not finish (its worker died or was interrupted): queue its parameters again, so that a
     resumed search still runs every grid point and reaches its number of trials."""
-    if trial.params:
+    attempt = int(trial.user_attrs.get("attempt", 1))
+    if trial.params and attempt >= _MAX_ATTEMPTS:
+        warn(f"trial {trial.number} did not finish, the {attempt}th attempt with these parameters: counted as "
+             "failed, not run again")
+    elif trial.params:
         log(f"trial {trial.number} did not finish; its parameters are queued to run again")
-        study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+        study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number, "attempt": attempt + 1})
+
+
+def _process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot, from /proc), or None when there is no such live
+    process (a zombie, which a parent has not yet reaped, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # fields[0] is field 3 (state); the start time is field 22
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _worker_identity() -> dict[str, Any]:
+    """What identifies this worker process to the other workers: machine (host name and boot), pid namespace, pid
+    and the process's start time (so that a reused pid is not taken for the worker)."""
+    identity: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
+    with contextlib.suppress(OSError, ValueError):  # no /proc (not Linux): only heartbeats find dead workers
+        identity["boot"] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        identity["pid_ns"] = os.stat("/proc/self/ns/pid").st_ino
+        identity["started"] = _process_start(os.getpid())
+    return identity
+
+
+def _worker_is_gone(worker: dict[str, Any] | None) -> bool:
+    """True only when certain: the worker ran on this machine, in this pid namespace, and its process has ended."""
+    if not worker or worker.get("started") is None:
+        return False
+    here = _worker_identity()
+    if any(here.get(key) is None or worker.get(key) != here[key] for key in ("host", "boot", "pid_ns")):
+        return False
+    return _process_start(int(worker["pid"])) != worker["started"]
+
+
+def _abandon(study, trial, trials_dir: Path | None) -> None:
+    """A failed trial whose worker died: delete the weights in its own trials/<n>/ (never anything else: only when
+    the trial recorded that very directory), then queue its parameters again."""
+    own = (trials_dir / str(trial.number)).resolve() if trials_dir is not None else None
+    if own is not None and trial.user_attrs.get("trial_dir") == str(own) and own.is_dir():
+        _drop_weights(own)
+        log(f"trial {trial.number}: its worker died; the weights in {own} are removed")
+    _requeue(study, trial)
+
+
+def _fail_dead_workers(study, trials_dir: Path | None) -> None:
+    """Fail the running trials whose worker process is known to be gone (same machine), without waiting for their
+    heartbeat to go stale; other workers' trials are left to the heartbeat check."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not _worker_is_gone(trial.user_attrs.get("worker")):
+            continue
+        try:
+            if not study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+                continue
+        except UpdateFinishedTrialError:  # another worker got there first
+            continue
+        warn(f"trial {trial.number}: worker {trial.user_attrs['worker']['pid']} is gone; the trial is marked failed")
+        _abandon(study, study.get_trials(deepcopy=False)[trial.number], trials_dir)
 
 
 @contextlib.contextmanager
@@ -467,11 +548,13 @@ Objective = Callable[[Any, dict[str, Any]], float]
 
 
 def optimize(config: TuneConfig, space: dict[str, Param], objective: Objective, url: str,
-             n_trials: int) -> dict[str, Any]:
-    """One worker: start trials until the study holds ``n_trials`` live trials, then return what this worker ran.
+             n_trials: int, trials_dir: Path | None = None) -> dict[str, Any]:
+    """One worker: start trials until the study holds ``n_trials`` live trials, wait for those running in other
+    workers, then return what this worker ran.
 
     ``objective(trial, params) -> float`` trains and scores one trial; it may raise ``optuna.TrialPruned``.
-    Several processes may run this at once against the same storage.
+    Several processes may run this at once against the same storage. A trial whose worker died is failed, its
+    weights in ``trials_dir/<n>/`` (the trial's run directory) are deleted, and its parameters run again.
     """
     import optuna
     from optuna.storages import fail_stale_trials
@@ -483,23 +566,41 @@ def optimize(config: TuneConfig, space: dict[str, Param], objective: Objective, 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
     with _budget_lock(url):  # two workers creating the SQLite tables at the same instant would collide
-        study = open_study(config, url)
+        study = open_study(config, url, trials_dir)
     # Trials that count towards the budget: finished (complete/pruned), running or queued; failed ones are redone.
     live = _live_states()
     ran: list[int] = []
+    waiting_for: list[int] = []
     while True:
         with _budget_lock(url):
             fail_stale_trials(study)
+            _fail_dead_workers(study, trials_dir)
             trials = study.get_trials(deepcopy=False)
-            if sum(t.state in live for t in trials) >= n_trials:
-                break
-            # A fresh sampler per trial, seeded by the trial number it is about to create: one worker is
-            # reproducible, and two workers never share a random stream (which would duplicate their proposals).
-            # (Grid: one fixed seed, since the grid order it shuffles must be the same for every trial.)
-            offset = 0 if config.search == "grid" else len(trials)
-            study.sampler = make_sampler(config.search, space, seed=(config.seed or 0) + offset)
-            trial = study.ask()
-            params = {name: p.suggest(trial) for name, p in space.items()}
+            queued = any(t.state == TrialState.WAITING for t in trials)  # retries are counted already: run them
+            if not queued and sum(t.state in live for t in trials) >= n_trials:
+                running = [t.number for t in trials if t.state == TrialState.RUNNING]
+                if not running:
+                    break
+            else:
+                running = []
+                # A fresh sampler per trial, seeded by the trial number it is about to create: one worker is
+                # reproducible, and two workers never share a random stream (which would duplicate their proposals).
+                # (Grid: one fixed seed, since the grid order it shuffles must be the same for every trial.)
+                offset = 0 if config.search == "grid" else len(trials)
+                study.sampler = make_sampler(config.search, space, seed=(config.seed or 0) + offset)
+                trial = study.ask()
+                # Whose trial it is, recorded at once: other workers can then tell when its process dies.
+                study._storage.record_heartbeat(trial._trial_id)
+                trial.set_user_attr("worker", _worker_identity())
+                if trials_dir is not None:
+                    trial.set_user_attr("trial_dir", str((trials_dir / str(trial.number)).resolve()))
+                params = {name: p.suggest(trial) for name, p in space.items()}
+        if running:  # nothing left to start: wait for the other workers' trials (a dead worker's trial is retried)
+            if running != waiting_for:
+                log(f"waiting for trial(s) {', '.join(map(str, running))} running in other workers")
+                waiting_for = running
+            time.sleep(_WAIT_POLL_S)
+            continue
         ran.append(trial.number)
         log(f"trial {trial.number}: {json.dumps(params)}")
         started = time.time()
@@ -522,10 +623,6 @@ def optimize(config: TuneConfig, space: dict[str, Param], objective: Objective, 
             continue
         study.tell(trial, value)
         log(f"trial {trial.number}: {config.objective} {value:.4f} ({time.time() - started:.0f}s)")
-    running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
-    if running:
-        log(f"{running} trial(s) still running in other workers (or left by a killed worker: they are retried "
-            "once their heartbeat is 60 s old)")
     return {"study": study, "ran": ran}
 
 
@@ -695,7 +792,7 @@ def run(config: TuneConfig) -> dict[str, Any]:
     log(f"tune {config.stage}: {config.search} search over {', '.join(space)}; {n_trials} trials in study "
         f"{config.study_name!r} at {url}")
     objective = make_objective(config, cls, stage_run, base, out, keep_models=config.keep_models)
-    worker = optimize(config, space, objective, url, n_trials)
+    worker = optimize(config, space, objective, url, n_trials, trials_dir=out / "trials")
     result = write_outputs(config, worker["study"], out)
     result["ran_here"] = worker["ran"]
     if "best_value" in result:
@@ -714,7 +811,8 @@ def trials_table(study) -> list[dict[str, Any]]:
     for t in study.get_trials(deepcopy=False):
         rows.append({"number": t.number, "state": t.state.name, "value": t.value, **t.params,
                      "duration_s": t.user_attrs.get("duration_s"),
-                     "last_step": max(t.intermediate_values) if t.intermediate_values else None})
+                     "last_step": max(t.intermediate_values) if t.intermediate_values else None,
+                     "retry_of": t.user_attrs.get("retry_of")})
     return rows
 
 

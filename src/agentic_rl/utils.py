@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -97,10 +98,60 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def last_checkpoint(path: str | Path) -> str | None:
-    """The newest ``checkpoint-N`` folder a transformers ``Trainer`` wrote in ``path`` (None when there is none)."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest *complete* ``checkpoint-N`` folder a transformers ``Trainer`` wrote in ``path`` (None when none).
 
-    return get_last_checkpoint(str(path)) if Path(path).is_dir() else None
+    A checkpoint is complete when it holds ``trainer_state.json`` (the Trainer writes it last), readable model or
+    adapter weights and the optimizer and scheduler state. A run killed while saving leaves the newest one
+    incomplete: it is skipped with a warning and the previous complete one is returned, so ``--resume`` continues
+    from there instead of failing with a traceback.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    numbered = []
+    for child in path.iterdir():
+        match = re.fullmatch(r"checkpoint-(\d+)", child.name)
+        if match and child.is_dir():
+            numbered.append((int(match.group(1)), child))
+    for _, checkpoint in sorted(numbered, reverse=True):
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            return str(checkpoint)
+        warn(f"{checkpoint} is incomplete ({problem}; was the run killed while saving?); using the checkpoint "
+             "before it")
+    return None
+
+
+CHECKPOINT_WEIGHTS = ("model.safetensors", "adapter_model.safetensors", "model.safetensors.index.json",
+                      "pytorch_model.bin", "adapter_model.bin", "pytorch_model.bin.index.json")
+
+
+def checkpoint_problem(checkpoint: str | Path) -> str | None:
+    """What makes a ``checkpoint-N`` folder unusable for resuming (None when it is complete)."""
+    checkpoint = Path(checkpoint)
+    state = checkpoint / "trainer_state.json"
+    if not state.is_file():
+        return "no trainer_state.json"
+    try:
+        json.loads(state.read_text())
+    except ValueError:
+        return "trainer_state.json is truncated"
+    weights = [checkpoint / name for name in CHECKPOINT_WEIGHTS if (checkpoint / name).is_file()]
+    if not weights:
+        return "no model weights"
+    for file in weights:
+        if file.suffix == ".safetensors":
+            try:
+                from safetensors import safe_open
+
+                with safe_open(str(file), framework="pt") as fh:
+                    fh.keys()
+            except Exception:  # a truncated file: safetensors checks the header against the file size
+                return f"{file.name} is unreadable"
+    for name in ("optimizer", "scheduler"):
+        if not any(p.stat().st_size > 0 for p in checkpoint.glob(f"{name}.*")):
+            return f"no {name} state"
+    return None
 
 
 def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:

@@ -171,6 +171,9 @@ class ToolEnvironment(Environment):
 # ---------------------------------------------------------------------------------------------------------------
 
 ENVIRONMENTS: dict[str, Callable[..., Environment]] = {}
+#: The environments this package ships, as ``module:attribute``: imported on first use, because their modules build
+#: on this one (importing them here would make an import cycle).
+BUILTIN_ENVIRONMENTS = {"calculator": "agentic_rl.agent.calculator_env:CalculatorEnv"}
 
 
 def register_environment(name: str, factory: Callable[..., Environment] | None = None):
@@ -186,15 +189,16 @@ def register_environment(name: str, factory: Callable[..., Environment] | None =
 def get_environment_factory(spec: str | Callable[..., Environment]) -> Callable[..., Environment]:
     if callable(spec):
         return spec
-    _register_builtin_environments()
     if spec in ENVIRONMENTS:
         return ENVIRONMENTS[spec]
+    if spec in BUILTIN_ENVIRONMENTS:
+        return import_object(BUILTIN_ENVIRONMENTS[spec], "environment")
     if ":" in spec:
         factory = import_object(spec, "environment")
         if not callable(factory):
             raise ConfigError(f"environment '{spec}' is not callable")
         return factory
-    raise ConfigError(f"unknown environment '{spec}'; registered: {', '.join(sorted(ENVIRONMENTS))} "
+    raise ConfigError(f"unknown environment '{spec}'; registered: {', '.join(sorted({*ENVIRONMENTS, *BUILTIN_ENVIRONMENTS}))} "
                       "(or give module:factory)")
 
 
@@ -204,10 +208,3 @@ def make_environment(spec: str | Callable[..., Environment], **kwargs: Any) -> E
     if not hasattr(env, "reset") or not hasattr(env, "step"):
         raise ConfigError(f"environment '{spec}' must have reset(task) and step(text) methods")
     return env
-
-
-def _register_builtin_environments() -> None:
-    if "calculator" not in ENVIRONMENTS:
-        from agentic_rl.agent.calculator_env import CalculatorEnv
-
-        ENVIRONMENTS["calculator"] = CalculatorEnv

@@ -69,12 +69,14 @@ One seed end to end; the continuation above is a second, independent path to the
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.utils import RUNS_ROOT, log, read_json, run_dir, write_json
+from agentic_rl.errors import ConfigError
+from agentic_rl.runs import (check_run_name, create_run_root, delete_run_dir, describe, differing_keys, has_run,
+                             read_marker, settings_of, write_marker)
+from agentic_rl.utils import RUNS_ROOT, log, read_json, write_json
 
 STAGES = ("base", "sft", "eval_sft", "grpo", "eval_grpo")
 
@@ -99,11 +101,27 @@ def run_agentic_quickstart(output_dir: str | Path | None = None, *, name: str = 
                                                             SMOKE["sft_epochs"], SMOKE["grpo_steps"])
         grpo_rows, num_generations, generation_batch_size, eval_rows = (
             SMOKE["grpo_rows"], SMOKE["num_generations"], SMOKE["generation_batch_size"], SMOKE["eval_rows"])
+    check_run_name(name)
     root = Path(output_dir) if output_dir else RUNS_ROOT / name
     if fresh and root.exists():
-        log(f"--fresh: removing {root}")
-        shutil.rmtree(root)
-    out = run_dir(root, name)
+        delete_run_dir(root)  # only a run directory this project created, never the cwd, home or a parent
+    new_run = not has_run(root)
+    out = create_run_root(root, "agentic-quickstart")
+    # The ladder's settings are recorded with the run: a re-run with other ones must not reuse its stages.
+    settings = dict(seed=seed, smoke=smoke, base_model=base_model, pretrain_steps=pretrain_steps, sft_rows=sft_rows,
+                    sft_epochs=sft_epochs, sft_learning_rate=sft_learning_rate, sft_batch_size=sft_batch_size,
+                    final_turn=final_turn, direct_fraction=direct_fraction, skip_tool_fraction=skip_tool_fraction,
+                    grpo_steps=grpo_steps, grpo_rows=grpo_rows, num_generations=num_generations,
+                    generation_batch_size=generation_batch_size, grpo_learning_rate=grpo_learning_rate, beta=beta,
+                    eval_rows=eval_rows, data_seed=data_seed)
+    stored = (read_marker(out) or {}).get("settings")
+    if stored is not None:
+        differences = differing_keys(stored, settings_of(settings))
+        if differences:
+            raise ConfigError(f"{out} was made with other settings: {describe(differences)}; use a new --name for "
+                              "these settings, or --fresh to start the run over")
+    elif new_run:
+        write_marker(out, "agentic-quickstart", settings)
     timings: dict[str, float] = {}
     report: dict[str, Any] = {"seed": seed, "data_seed": data_seed, "smoke": smoke,
                               "task": "multiplication (2-digit x 2-digit, then 0..1 +/- steps)"}

@@ -22,13 +22,16 @@ from typing import Any
 
 from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError
-from agentic_rl.utils import log, run_dir, set_seed
+from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.utils import log, set_seed
 
 
 @dataclass
 class AgentSFTConfig:
     model: str = setting("", "base model directory or hub id")
     output_dir: str | None = setting(None, "run directory (default runs/agent-sft); the model goes to <run>/model")
+    overwrite: bool = setting(False, "replace a finished run in the run directory (without it, such a directory is an "
+                              "error)")
     dataset: str = setting("multiplication", "'multiplication' / 'arithmetic' (embedded synthetic task) or a JSONL file")
     train_rows: int = setting(1000, "demonstration episodes")
     heldout_rows: int = setting(200, "size of the synthetic held-out split never trained on")
@@ -92,14 +95,18 @@ def run(config: AgentSFTConfig) -> dict[str, Any]:
     from agentic_rl.agent.train import load_model, load_task_rows
     from agentic_rl.config import save_config
 
-    out = run_dir(config.output_dir, "agent-sft")
-    save_config(config, out / "config.yaml")
+    out = stage_path(config.output_dir, "agent-sft")
+    # A finished run in `out` is kept unless --overwrite says to replace it.
+    check_stage_dir(out, config, stage="agent-sft", finished="model/config.json", checkpoints=out)
     set_seed(config.seed)
     rows = load_task_rows(config.dataset, "train", config.train_rows, heldout_rows=config.heldout_rows,
                           data_seed=config.data_seed)
     model, tokenizer = load_model(config.model)
     schemas = [Tool(calculator).schema] if config.tools_in_prompt else None
     examples, counts = sft_examples(tokenizer, rows, config, schemas)
+    # Only now the run directory: an earlier run's model goes, this run's settings are recorded.
+    claim_stage_dir(out, config, stage="agent-sft", stale=("model", "checkpoint-*"), resuming=False)
+    save_config(config, out / "config.yaml")
     longest = max(len(e["input_ids"]) for e in examples)
     log(f"agent SFT: {len(examples)} episodes ({counts['direct']} without tools, {counts['skip_tool']} under the "
         f"tool prompt without a call), longest {longest} tokens")

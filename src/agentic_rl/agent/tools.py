@@ -147,6 +147,9 @@ class Tool:
 # ---------------------------------------------------------------------------------------------------------------
 
 TOOLS: dict[str, Callable[..., Any]] = {}
+#: The tools this package ships, as ``module:attribute``: imported on first use, because their modules build on this
+#: one (importing them here would make an import cycle).
+BUILTIN_TOOLS = {"calculator": "agentic_rl.agent.calculator_env:calculator"}
 
 
 def register_tool(fn: Callable[..., Any] | None = None, *, name: str | None = None):
@@ -165,20 +168,14 @@ def get_tool(spec: str | Callable[..., Any] | Tool) -> Tool:
         return spec
     if callable(spec):
         return Tool(spec)
-    _register_builtin_tools()
     if spec in TOOLS:
         return Tool(TOOLS[spec], name=spec)
+    if spec in BUILTIN_TOOLS:
+        return Tool(import_object(BUILTIN_TOOLS[spec], "tool"), name=spec)
     if ":" in spec:
         fn = import_object(spec, "tool")
         if not callable(fn):
             raise ConfigError(f"tool '{spec}' is not callable")
         return Tool(fn)
-    raise ConfigError(f"unknown tool '{spec}'; registered tools: {', '.join(sorted(TOOLS)) or 'none'} "
+    raise ConfigError(f"unknown tool '{spec}'; registered tools: {', '.join(sorted({*TOOLS, *BUILTIN_TOOLS}))} "
                       "(or give module:function)")
-
-
-def _register_builtin_tools() -> None:
-    if "calculator" not in TOOLS:
-        from agentic_rl.agent.calculator_env import calculator
-
-        TOOLS["calculator"] = calculator

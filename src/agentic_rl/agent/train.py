@@ -37,13 +37,16 @@ from typing import Any
 
 from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError, DataError
-from agentic_rl.utils import append_jsonl, has_gpu, log, read_jsonl, run_dir, set_seed
+from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.utils import append_jsonl, has_gpu, log, read_jsonl, set_seed
 
 
 @dataclass
 class AgentGRPOConfig:
     model: str = setting("", "model directory or hub id to train (an SFT output that already writes tool calls)")
     output_dir: str | None = setting(None, "run directory (default runs/agent-grpo)")
+    overwrite: bool = setting(False, "replace a finished run in the run directory (without it, such a directory is an "
+                              "error)")
     dataset: str = setting("multiplication", "task rows: 'multiplication' or 'arithmetic' (embedded synthetic task), "
                                         "or a JSONL file of GSM8K-shaped rows (question, answer with '#### N')")
     train_rows: int = setting(512, "number of training tasks")
@@ -165,9 +168,10 @@ def run(config: AgentGRPOConfig) -> dict[str, Any]:
     from agentic_rl.agent.tasks import agent_rows
     from agentic_rl.config import format_config, save_config
 
-    out = run_dir(config.output_dir, "agent-grpo")
-    save_config(config, out / "config.yaml")
+    out = stage_path(config.output_dir, "agent-grpo")
     log(format_config(config, "agent GRPO"))
+    # A finished run in `out` is kept unless --overwrite says to replace it.
+    check_stage_dir(out, config, stage="agent-grpo", finished="final/config.json", checkpoints=out)
     set_seed(config.seed)
 
     rows = agent_rows(load_task_rows(config.dataset, "train", config.train_rows, heldout_rows=config.heldout_rows,
@@ -176,9 +180,11 @@ def run(config: AgentGRPOConfig) -> dict[str, Any]:
     settings = RolloutSettings(max_turn_tokens=config.max_turn_tokens,
                                max_completion_length=config.max_completion_length,
                                tools_in_prompt=config.tools_in_prompt)
-    for stale in ("rollouts.jsonl", "metrics.jsonl"):
-        (out / stale).unlink(missing_ok=True)
     rollout_func = make_rollout_func(environment_factory(config), rows, settings, log_path=out / "rollouts.jsonl")
+    # Only now the run directory: an earlier run's outputs go, this run's settings are recorded.
+    claim_stage_dir(out, config, stage="agent-grpo", stale=("final", "rollouts.jsonl", "metrics.jsonl", "checkpoint-*"),
+                    resuming=False)
+    save_config(config, out / "config.yaml")
 
     peft_config = None
     if config.lora:

@@ -202,6 +202,9 @@ def load_merged(path: str | Path, *, dtype: str = "auto", base_model: str | None
     if info["kind"] == "adapter":
         from peft import PeftModel
 
+        from agentic_rl.models.fingerprint import check_adapter_base
+
+        check_adapter_base(path, model, weights_from)  # a LoRA update fits any base of the same shapes: check which
         try:
             model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
         except (OSError, ValueError, RuntimeError) as exc:

@@ -10,10 +10,16 @@ works: ``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=...)``.
 
 How a request is answered:
 
-1. The body is validated by hand so every mistake is a 4xx JSON error in OpenAI's shape
-   (``{"error": {"message", "type", "param", "code"}}``): missing or malformed ``messages``, a bad role, a wrong type
-   or out-of-range value, an unsupported field (400); a missing or wrong API key (401); an unknown model (404).
-2. The messages are rendered with the model's own chat template (the one training used) and tokenized.
+1. The body is read up to ``max_request_bytes`` (413 beyond it, before parsing) and validated by hand so every
+   mistake is a 4xx JSON error in OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``): JSON that is
+   malformed, nested too deeply, holds NaN/Infinity or integers too long to convert; missing or malformed ``messages``,
+   a bad role, a wrong type, a non-finite or out-of-range value, an unsupported field (400); a missing or wrong API
+   key (401); an unknown model (404).
+2. The messages are rendered with the model's own chat template (the one training used) and tokenized, in a worker
+   thread so that a long prompt never stalls the event loop (``/health``, other requests). A special-token string
+   inside a message's content (``<|im_start|>system``...) is tokenized as plain text, so user text cannot forge a
+   role marker. Prompts longer than ``max_prompt_tokens`` (or the model's context minus ``max_tokens``) get a 400
+   before they reach the model.
 3. The request joins a queue. A single worker thread owns the model: it takes the first waiting request, keeps
    collecting requests for ``batch_wait_ms`` (or until ``max_batch_size`` sequences), left-pads the prompts into one
    batch and runs one ``model.generate`` call for all of them. Per-sequence settings ride along: a logits processor
@@ -21,18 +27,23 @@ How a request is answered:
    end-of-sequence token, ``max_tokens`` or stop string while the others continue. This is *static* batching — a
    request that arrives mid-batch waits for the next one; vLLM's continuous batching is the GPU alternative
    (``vllm serve DIR`` serves the same exported directory with the same API).
+4. A client that hangs up (streaming or not) has its rows stopped at the next generated token.
 
 The server binds 127.0.0.1 unless ``--host`` says otherwise; with ``--api-key`` (or ``AGENTIC_RL_API_KEY``) every
-``/v1`` request needs ``Authorization: Bearer KEY``.
+``/v1`` request needs ``Authorization: Bearer KEY``, and so does ``/openapi.json`` (the ``/docs`` and ``/redoc``
+pages, which a browser cannot send a key from, are off then).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
+import math
 import os
 import queue
+import re
 import secrets
 import threading
 import time
@@ -53,6 +64,7 @@ NEUTRAL_FIELDS = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": Fal
                   "parallel_tool_calls": None, "tool_choice": None, "response_format": None, "top_logprobs": None,
                   "tools": None}
 IGNORED_FIELDS = ("user", "metadata", "store", "service_tier")  # bookkeeping fields with no effect on the output
+ECHO_CHARS = 80  # longest piece of a client's input an error message repeats back
 
 
 @dataclass
@@ -72,6 +84,10 @@ class ServeConfig:
         "help": "how long the first waiting request waits for others to join its batch (milliseconds)"})
     max_new_tokens: int = field(default=256, metadata={"help": "completion length when a request gives no max_tokens"})
     max_tokens_limit: int = field(default=4096, metadata={"help": "largest max_tokens a request may ask for"})
+    max_request_bytes: int = field(default=1 << 20, metadata={
+        "help": "largest request body accepted, in bytes (larger ones get 413 before they are parsed)"})
+    max_prompt_tokens: int | None = field(default=None, metadata={
+        "help": "longest prompt accepted, in tokens (default: the model's context minus the request's max_tokens)"})
     temperature: float | None = field(default=None, metadata={
         "help": "temperature when a request gives none (default: the model's generation_config if it samples, "
                 "else 1.0 as in OpenAI's API)"})
@@ -94,6 +110,10 @@ class ServeConfig:
         if not 1 <= self.max_new_tokens <= self.max_tokens_limit:
             raise ConfigError(f"max_new_tokens ({self.max_new_tokens}) must be between 1 and max_tokens_limit "
                               f"({self.max_tokens_limit})")
+        if self.max_request_bytes < 1024:
+            raise ConfigError(f"max_request_bytes must be >= 1024, got {self.max_request_bytes}")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ConfigError(f"max_prompt_tokens must be >= 1, got {self.max_prompt_tokens}")
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be between 1 and 65535, got {self.port}")
         if self.api_key is None:
@@ -114,15 +134,37 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+def _echo(value: Any) -> str:
+    """``repr(value)`` cut to ECHO_CHARS: an error message never repeats a megabyte of the client's input."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10 ** ECHO_CHARS else f"<{type(value).__name__}>"
+    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "..."
+
+
+def _json_body(raw: bytes) -> Any:
+    """Parse a request body; anything Python's parser refuses (bad syntax or UTF-8, nesting beyond the recursion
+    limit, integers over its 4300-digit conversion limit) or that standard JSON lacks (NaN, Infinity) is a 400."""
+    def no_constant(name: str):
+        raise ValueError(f"{name} is not a JSON value")
+
+    try:
+        return json.loads(raw, parse_constant=no_constant)
+    except RecursionError:
+        raise APIError(400, "the request body is not valid JSON: it is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, the integer-digits limit, NaN/Infinity
+        raise APIError(400, f"the request body is not valid JSON: {str(exc)[:200]}") from None
+
+
 def _number(body: dict, key: str, default: float, low: float, high: float, *, low_open: bool = False) -> float:
     value = body.get(key)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise APIError(400, f"'{key}' must be a number, got {type(value).__name__}", key)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise APIError(400, f"'{key}' must be a finite number, got {value}", key)
     if value > high or value < low or (low_open and value == low):
         bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
-        raise APIError(400, f"'{key}' must be in {bound}, got {value}", key)
+        raise APIError(400, f"'{key}' must be in {bound}, got {_echo(value)}", key)
     return float(value)
 
 
@@ -133,7 +175,7 @@ def _integer(body: dict, key: str, default: int, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise APIError(400, f"'{key}' must be an integer, got {type(value).__name__}", key)
     if not low <= value <= high:
-        raise APIError(400, f"'{key}' must be between {low} and {high}, got {value}", key)
+        raise APIError(400, f"'{key}' must be between {low} and {high}, got {_echo(value)}", key)
     return value
 
 
@@ -173,7 +215,7 @@ def parse_chat_request(body: Any, settings: "ServerSettings") -> ChatRequest:
              "stream", "stream_options", "chat_template_kwargs", *NEUTRAL_FIELDS, *IGNORED_FIELDS}
     for key in body:
         if key not in known:
-            raise APIError(400, f"unsupported field '{key}'", key)
+            raise APIError(400, f"unsupported field {_echo(key)}", key[:ECHO_CHARS])
     for key, neutral in NEUTRAL_FIELDS.items():
         if body.get(key) not in (None, neutral) and not (key == "response_format" and body[key] == {"type": "text"}):
             raise APIError(400, f"'{key}' is not supported by this server", key)
@@ -182,7 +224,7 @@ def parse_chat_request(body: Any, settings: "ServerSettings") -> ChatRequest:
     if not isinstance(model, str) or not model:
         raise APIError(400, "'model' is required and must be a string", "model")
     if model not in settings.model_ids:
-        raise APIError(404, f"model '{model}' not found; this server serves '{settings.model_name}'", "model",
+        raise APIError(404, f"model {_echo(model)} not found; this server serves '{settings.model_name}'", "model",
                        code="model_not_found")
 
     messages = body.get("messages")
@@ -197,7 +239,8 @@ def parse_chat_request(body: Any, settings: "ServerSettings") -> ChatRequest:
             raise APIError(400, f"{where} must be an object with 'role' and 'content'", "messages")
         role = message.get("role")
         if role not in ROLES:
-            raise APIError(400, f"{where}.role must be one of {', '.join(ROLES)}; got {role!r}", f"{where}.role")
+            raise APIError(400, f"{where}.role must be one of {', '.join(ROLES)}; got {_echo(role)}",
+                           f"{where}.role")
         if "content" not in message or message["content"] is None:
             raise APIError(400, f"{where}.content is required", f"{where}.content")
         clean.append({"role": role, "content": _message_text(message["content"], where)})
@@ -236,6 +279,81 @@ def parse_chat_request(body: Any, settings: "ServerSettings") -> ChatRequest:
         raise APIError(400, f"'chat_template_kwargs' may not set {', '.join(forbidden)}", "chat_template_kwargs")
     return ChatRequest(clean, max_tokens, temperature, top_p, n, stop, stream, bool(options.get("include_usage")),
                        template_kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prompts: chat template + tokens, with message contents kept as text
+# ---------------------------------------------------------------------------------------------------------------
+
+class TokenizerPool:
+    """Up to ``size`` copies of the tokenizer for the request threads, each used by one thread at a time: a Rust fast
+    tokenizer used from two threads at once can fail with "Already borrowed" (encoding updates its state)."""
+
+    def __init__(self, tokenizer, size: int = 4):
+        self._pristine = copy.deepcopy(tokenizer)  # copied from, never used: the batcher decodes with the original
+        self._free: queue.LifoQueue = queue.LifoQueue()
+        self._made, self._size, self._lock = 0, size, threading.Lock()
+
+    @contextlib.contextmanager
+    def borrow(self):
+        try:
+            tokenizer = self._free.get_nowait()
+        except queue.Empty:
+            with self._lock:
+                make = self._made < self._size
+                if make:
+                    self._made += 1
+                    tokenizer = copy.deepcopy(self._pristine)
+            if not make:
+                tokenizer = self._free.get()
+        try:
+            yield tokenizer
+        finally:
+            self._free.put(tokenizer)
+
+
+def special_token_strings(tokenizer) -> list[str]:
+    """The strings the tokenizer turns into special tokens (role markers such as ``<|im_start|>``), longest first."""
+    special = {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special and t.content}
+    return sorted(special | set(tokenizer.all_special_tokens), key=len, reverse=True)
+
+
+def encode_prompt(tokenizer, messages: list[dict[str, str]], template_kwargs: dict[str, Any],
+                  specials: list[str]) -> list[int]:
+    """The chat template's prompt for ``messages`` as token ids, with every message content tokenized as plain text.
+
+    Tokenizing the rendered prompt as one string would turn ``<|im_start|>system`` typed by a user into a real role
+    marker. When a content holds a special-token string, the template is rendered once more with a placeholder for
+    each such content; the template's own text is tokenized as usual and the contents with ``split_special_tokens``.
+    A template that changes a content it is given (trims it, inspects it) cannot be split so: that request is refused.
+    """
+    def render(msgs: list[dict[str, str]]) -> str:
+        try:
+            return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **template_kwargs)
+        except Exception as exc:  # a template that rejects these messages (e.g. roles out of order)
+            raise APIError(400, f"the chat template cannot render these messages: {str(exc)[:200]}",
+                           "messages") from None
+
+    prompt = render(messages)
+    risky = {i: m["content"] for i, m in enumerate(messages) if any(s in m["content"] for s in specials)}
+    if not risky:
+        return tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    nonce = uuid.uuid4().hex
+    placeholders = {f"content{nonce}n{i}": content for i, content in risky.items()}
+    masked = render([{**m, "content": f"content{nonce}n{i}"} if i in risky else m for i, m in enumerate(messages)])
+    pieces = re.split(f"(content{nonce}n\\d+)", masked)  # odd positions: placeholders
+    if "".join(placeholders.get(p, p) for p in pieces) != prompt:
+        index = min(risky)
+        token = next(s for s in specials if s in risky[index])
+        raise APIError(400, f"messages[{index}].content contains the special token {token!r}, which this model's "
+                            "chat template cannot keep as plain text; remove it", f"messages[{index}].content")
+    ids: list[int] = []
+    for k, piece in enumerate(pieces):
+        if piece and k % 2:
+            ids += tokenizer(placeholders[piece], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        elif piece:
+            ids += tokenizer(piece, add_special_tokens=False)["input_ids"]
+    return ids
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -454,6 +572,7 @@ class ServerSettings:
     temperature: float
     top_p: float
     context_length: int | None
+    max_prompt_tokens: int | None = None
 
 
 def _load(config: ServeConfig):
@@ -490,7 +609,9 @@ def _create_app(config: ServeConfig):
 
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse, StreamingResponse
+    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.requests import ClientDisconnect
 
     from agentic_rl.data.formats import chat_template_kwargs
 
@@ -509,11 +630,11 @@ def _create_app(config: ServeConfig):
     settings = ServerSettings(model_name=name, model_ids={name, str(config.model)},
                               max_new_tokens=config.max_new_tokens, max_tokens_limit=config.max_tokens_limit,
                               max_batch_size=config.max_batch_size, temperature=default_t, top_p=default_p,
-                              context_length=getattr(model.config, "max_position_embeddings", None))
+                              context_length=getattr(model.config, "max_position_embeddings", None),
+                              max_prompt_tokens=config.max_prompt_tokens)
     batcher = Batcher(model, tokenizer, eos_ids, config.max_batch_size, config.batch_wait_ms)
-    # The request handlers encode with their own copy: a Rust fast tokenizer used from two threads at once can fail
-    # with "Already borrowed" (encoding updates its truncation/padding state while the worker decodes).
-    prompt_tokenizer = copy.deepcopy(tokenizer)
+    prompt_tokenizers = TokenizerPool(tokenizer)  # the request threads' own copies (the batcher decodes with tokenizer)
+    specials = special_token_strings(tokenizer)
     created = int(time.time())
 
     @asynccontextmanager
@@ -524,7 +645,10 @@ def _create_app(config: ServeConfig):
         finally:
             batcher.stop()
 
-    app = FastAPI(title="agentic-rl", lifespan=lifespan)
+    # With an API key, the API's description is for key holders too; the docs pages cannot send a key, so they are off.
+    open_docs = not config.api_key
+    app = FastAPI(title="agentic-rl", lifespan=lifespan, openapi_url="/openapi.json" if open_docs else None,
+                  docs_url="/docs" if open_docs else None, redoc_url="/redoc" if open_docs else None)
     app.state.batcher = batcher
     app.state.settings = settings
     app.state.model_path = path
@@ -549,6 +673,12 @@ def _create_app(config: ServeConfig):
             raise APIError(401, "missing or invalid API key (send 'Authorization: Bearer KEY')",
                            type_="authentication_error", code="invalid_api_key")
 
+    if not open_docs:
+        @app.get("/openapi.json", include_in_schema=False)
+        async def openapi(request: Request):
+            check_key(request)
+            return app.openapi()
+
     def model_card() -> dict[str, Any]:
         return {"id": name, "object": "model", "created": created, "owned_by": "agentic-rl",
                 "max_model_len": settings.context_length}
@@ -570,24 +700,45 @@ def _create_app(config: ServeConfig):
                            code="model_not_found")
         return model_card()
 
+    async def read_body(request: Request) -> bytes:
+        """The body, refused with 413 as soon as it is known to exceed max_request_bytes (declared or streamed)."""
+        limit = config.max_request_bytes
+        too_large = APIError(413, f"the request body exceeds this server's limit of {limit} bytes (max_request_bytes)",
+                             code="request_too_large")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
+            raise too_large
+        chunks, size = [], 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise APIError(499, "the client closed the request") from None
+        return b"".join(chunks)
+
+    def prepare(raw: bytes) -> tuple[ChatRequest, list[int]]:
+        """Parse, validate, render and tokenize one request (in a worker thread: none of it blocks the event loop)."""
+        chat = parse_chat_request(_json_body(raw), settings)
+        template_kwargs = {**chat_template_kwargs(config.enable_thinking), **chat.template_kwargs}
+        with prompt_tokenizers.borrow() as prompt_tokenizer:
+            prompt_ids = encode_prompt(prompt_tokenizer, chat.messages, template_kwargs, specials)
+        if settings.max_prompt_tokens is not None and len(prompt_ids) > settings.max_prompt_tokens:
+            raise APIError(400, f"the prompt has {len(prompt_ids)} tokens; this server accepts at most "
+                                f"{settings.max_prompt_tokens} (max_prompt_tokens)", "messages",
+                           code="context_length_exceeded")
+        if settings.context_length and len(prompt_ids) + chat.max_tokens > settings.context_length:
+            raise APIError(400, f"the prompt ({len(prompt_ids)} tokens) plus max_tokens ({chat.max_tokens}) exceeds "
+                                f"the model's context of {settings.context_length} tokens", "max_tokens",
+                           code="context_length_exceeded")
+        return chat, prompt_ids
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         check_key(request)
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise APIError(400, "the request body is not valid JSON") from None
-        chat = parse_chat_request(body, settings)
-        template_kwargs = {**chat_template_kwargs(config.enable_thinking), **chat.template_kwargs}
-        try:
-            prompt = prompt_tokenizer.apply_chat_template(chat.messages, tokenize=False, add_generation_prompt=True,
-                                                          **template_kwargs)
-        except Exception as exc:  # a template that rejects these messages (e.g. roles out of order)
-            raise APIError(400, f"the chat template cannot render these messages: {exc}", "messages") from None
-        prompt_ids = prompt_tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        if settings.context_length and len(prompt_ids) + chat.max_tokens > settings.context_length:
-            raise APIError(400, f"the prompt ({len(prompt_ids)} tokens) plus max_tokens ({chat.max_tokens}) exceeds "
-                                f"the model's context of {settings.context_length} tokens", "max_tokens")
+        chat, prompt_ids = await run_in_threadpool(prepare, await read_body(request))
         job = Job(prompt_ids, chat, asyncio.get_running_loop(), asyncio.Queue())
         batcher.submit(job)
         reply_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -599,9 +750,16 @@ def _create_app(config: ServeConfig):
 
         choices: dict[int, dict[str, Any]] = {}
         completion_tokens = 0
+        hung_up = asyncio.ensure_future(_disconnected(request))
         try:
             while len(choices) < chat.n:
-                event = await job.events.get()
+                next_event = asyncio.ensure_future(job.events.get())
+                await asyncio.wait((next_event, hung_up), return_when=asyncio.FIRST_COMPLETED)
+                if not next_event.done():  # the client has gone: stop its rows at their next token
+                    next_event.cancel()
+                    job.cancelled = True
+                    return JSONResponse(APIError(499, "the client closed the request").body(), status_code=499)
+                event = next_event.result()
                 if event[0] == "error":
                     raise APIError(500, event[1], type_="server_error")
                 if event[0] == "done":
@@ -612,9 +770,17 @@ def _create_app(config: ServeConfig):
         except asyncio.CancelledError:
             job.cancelled = True
             raise
+        finally:
+            hung_up.cancel()
         return {**base, "object": "chat.completion", "choices": [choices[i] for i in range(chat.n)],
                 "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": completion_tokens,
                           "total_tokens": len(prompt_ids) + completion_tokens}}
+
+    async def _disconnected(request: Request) -> None:
+        """Returns once the client has closed the connection (the body is read by then: receive() only waits)."""
+        with contextlib.suppress(Exception):  # a receive that fails means the connection is gone too
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
 
     async def _stream(job: Job, base: dict[str, Any]):
         chunk = {**base, "object": "chat.completion.chunk"}

@@ -241,6 +241,9 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, dtype: Any = "auto", d
     if adapter_dir is not None:
         from peft import PeftModel
 
+        from agentic_rl.models.fingerprint import check_adapter_base
+
+        check_adapter_base(adapter_dir, model, base_name)  # a LoRA update fits any base of the same shapes
         try:
             model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=for_training)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:

@@ -13,9 +13,10 @@ A reward **spec** is one string::
 The syntax is unambiguous because a weight is always the last ``:``-field and parses as a number, while a
 user reward always has a ``:`` between module and attribute, and a built-in name never contains ``:``. (The Python
 names ``nan``, ``inf`` and ``infinity`` parse as floats: after a module that is not a built-in reward they name the
-function.) Parameter values are read as YAML scalars (``0.01``, ``true``, ``lenient``,
-``null``). A user target that is a class is instantiated with the parameters; a function given parameters gets
-them bound as keyword arguments. Any mistake is a :class:`ConfigError` that names the spec.
+function.) Parameter values are read as YAML scalars (``0.01``, ``true``, ``lenient``, ``null``; quote a value
+holding ``,`` or ``: ``, e.g. ``rubric="Correct, concise"``). A user target that is a class is instantiated with the
+parameters; a function given parameters gets them bound as keyword arguments. Any mistake is a :class:`ConfigError`
+that names the spec.
 
 A user reward's every call is checked (:class:`CheckedReward`): it must return one number per completion, as a
 list, tuple or 1-D array. ``None`` for a completion is allowed and means "not applicable" (TRL's contract for
@@ -44,6 +45,7 @@ from agentic_rl.config import import_object
 from agentic_rl.errors import ConfigError, RewardError
 from agentic_rl.rewards.functions import (AccuracyReward, FormatReward, LengthPenaltyReward, ProcessReward,
                                           StepReward)
+from agentic_rl.rewards.judge import JudgeReward
 
 __all__ = ["REWARDS", "get_reward", "load_user_reward", "parse_reward_spec", "build_rewards", "CheckedReward",
            "check_reward_output"]
@@ -54,6 +56,7 @@ REWARDS: dict[str, type] = {
     "step": StepReward,
     "format": FormatReward,
     "process": ProcessReward,
+    "judge": JudgeReward,
 }
 
 _PARAM_KEY_RE = re.compile(r"^[A-Za-z_]\w*$")
@@ -207,9 +210,27 @@ class _Renamed:
         return self.func(completions, **kwargs)
 
 
+def _split_params(text: str) -> list[str]:
+    """``a=1,b="x, y"`` -> ``['a=1', 'b="x, y"']``: commas inside a quoted value do not split (a quote opens
+    only right after ``=``, so an apostrophe inside plain text stays text)."""
+    items, current, quote = [], [], None
+    for char in text:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"" and "".join(current).rstrip().endswith("="):
+            quote = char
+        elif char == ",":
+            items.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    items.append("".join(current))
+    return items
+
+
 def _parse_params(spec: str, text: str) -> dict[str, Any]:
     params: dict[str, Any] = {}
-    for item in (p.strip() for p in text.split(",")):
+    for item in (p.strip() for p in _split_params(text)):
         if not item:
             continue
         key, eq, value = item.partition("=")

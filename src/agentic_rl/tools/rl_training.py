@@ -35,6 +35,19 @@ Actions and their parameters (besides ``action``):
 * ``status`` — runs so far (algorithm, model directory, resolved key settings, metrics), datasets and rewards;
   ``name`` shows one run.
 
+**The book's names work as is.** A call written for hello-agents' own ``rl_training`` tool (Hello-Agents chapter 11)
+runs unchanged: ``model_name``, ``num_epochs``, ``use_lora``, ``batch_size``, ``max_samples``, ``output_dir``,
+``dataset``, ``custom_dataset``, ``custom_reward``, ``use_wandb``, ``use_tensorboard``, ``wandb_project`` for
+``train``; ``format``, ``split``, ``max_samples``, ``model_name`` for ``load_dataset``; ``reward_type``,
+``penalty_weight``, ``max_length``, ``step_bonus`` for ``create_reward``; ``model_path``, ``max_samples`` for
+``evaluate``; and the methods :meth:`RLTrainingTool.register_dataset` / :meth:`RLTrainingTool.register_reward_function`.
+A call that uses one of the book's own keys gets the book's defaults for the keys it leaves out (``action`` train,
+``algorithm`` sft, ``dataset`` gsm8k, 3 epochs, batch size 4, LoRA, TensorBoard; the accuracy reward for GRPO;
+100 GSM8K test problems and 128 new tokens for ``evaluate``), except ``output_dir``, which stays in the workspace.
+Each book key maps onto one of our settings (:data:`BOOK_KEYS` says which); giving both spellings of one setting is
+an error, and so is a key neither API knows. Every result has ``status`` (``success`` or ``error``); an error also
+has ``error`` and the book's ``message`` (the same text).
+
 Numbers in results are numbers (0.57, not "57.00%"). When the ``hello-agents`` package is installed the class
 subclasses its ``Tool`` base, so ``ToolRegistry().register_tool(RLTrainingTool())`` works; its registry passes
 ``{"input": "<text>"}``, which is read as a JSON object of the parameters above.
@@ -43,12 +56,15 @@ subclasses its ``Tool`` base, so ``ToolRegistry().register_tool(RLTrainingTool()
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import re
 import time
 import traceback
+import types
 import typing
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +81,36 @@ except ImportError:  # a plain class without it
     HELLO_AGENTS = False
 
 ACTIONS = ("train", "load_dataset", "create_reward", "evaluate", "status")
+TRAIN_KEYS = ("algorithm", "name", "rewards", "reward")  # the tool's own train keys besides the config fields
+#: The book's keys per action -> the setting of ours they map to (how, where it is not a rename, in the docstring).
+BOOK_KEYS: dict[str, dict[str, str]] = {
+    "train": {"model_name": "model", "num_epochs": "epochs (sft) / max_steps from the data size (grpo)",
+              "use_lora": "full = not use_lora", "batch_size": "batch_size", "max_samples": "max_samples (sft) / "
+              "max_train_samples (grpo)", "output_dir": "output_dir", "dataset": "dataset",
+              "custom_dataset": "dataset (registered first)", "custom_reward": "rewards (registered first)",
+              "use_wandb": "report_to", "use_tensorboard": "report_to",
+              "wandb_project": "WANDB_PROJECT during the run"},
+    "load_dataset": {"format": "the example's row format (sft/rl)", "split": "split", "max_samples": "max_samples",
+                     "model_name": "renders the rl example with this tokenizer's chat template"},
+    "create_reward": {"reward_type": "rewards", "penalty_weight": "length(alpha=penalty_weight/max_length)",
+                      "max_length": "length(target_length=max_length)", "step_bonus": "step(beta=step_bonus)"},
+    "evaluate": {"model_path": "model", "max_samples": "max_samples"},
+}
+#: Keys only the book uses: one of them in a call turns on the book's defaults for that action.
+BOOK_ONLY = {"train": {"model_name", "num_epochs", "use_lora", "custom_dataset", "custom_reward", "use_wandb",
+                       "use_tensorboard", "wandb_project"},
+             "load_dataset": {"format", "model_name"},
+             "create_reward": {"reward_type", "penalty_weight", "max_length", "step_bonus"},
+             "evaluate": {"model_path"}}
+BOOK_DEFAULTS = {"train": {"algorithm": "sft", "dataset": "gsm8k", "num_epochs": 3, "use_lora": True, "batch_size": 4,
+                           "use_wandb": False, "use_tensorboard": True},
+                 "load_dataset": {"format": "sft", "split": "train", "max_samples": 100, "source": "gsm8k"},
+                 "create_reward": {"reward_type": "accuracy", "penalty_weight": 0.001, "max_length": 1024,
+                                   "step_bonus": 0.1},
+                 "evaluate": {"max_samples": 100, "dataset": "gsm8k", "split": "test", "max_new_tokens": 128}}
+#: Rewards handed over as Python callables (``custom_reward``, ``register_reward_function``): reachable as
+#: ``agentic_rl.tools.rl_training:IN_PROCESS_REWARDS.<key>`` specs, so the stages load them like any user reward.
+IN_PROCESS_REWARDS = types.SimpleNamespace()
 ALGORITHMS = {"sft": ("agentic_rl.train.sft", "SFTConfig"), "grpo": ("agentic_rl.train.grpo", "GRPOConfig")}
 DATASET_OPTIONS = ("source", "split", "question_field", "answer_field", "prompt_field", "completion_field",
                    "ground_truth_field", "max_samples", "seed", "numeric_ground_truth", "keep_annotations",
@@ -77,7 +123,9 @@ DESCRIPTION = (
     "train (algorithm sft|grpo, any hyper-parameter of that stage, e.g. learning_rate, lora_r, beta, "
     "num_generations, rewards, max_steps), load_dataset (source, split, column mapping), create_reward "
     "(reward specs like 'accuracy:1.0' or 'module:function:0.5'), evaluate (model, dataset, max_samples; returns "
-    "all metrics), status (runs and their metrics). Input: a JSON object with 'action' and its parameters.")
+    "all metrics), status (runs and their metrics). The parameter names of hello-agents' own rl_training tool "
+    "(model_name, num_epochs, use_lora, format, reward_type, model_path, ...) work too. Input: a JSON object with "
+    "'action' and its parameters.")
 
 
 def _stage_class(algorithm: str):
@@ -112,6 +160,63 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+_BOOK_SFT_PROMPT = re.compile(r"^Question: (.*?)\n\nLet's solve this step by step:\s*$", re.DOTALL)
+
+
+def _task_rows(origin: str, dataset: Any) -> list[dict[str, Any]]:
+    """Canonical task rows from an in-memory dataset (a ``datasets.Dataset`` or a list of dicts)."""
+    from agentic_rl.data.custom import task_row
+
+    raw = dataset.to_list() if hasattr(dataset, "to_list") else dataset
+    if not isinstance(raw, (list, tuple)) or not raw or not all(isinstance(r, dict) for r in raw):
+        raise ConfigError(f"{origin}: give a datasets.Dataset or a non-empty list of dicts, got "
+                          f"{type(dataset).__name__}")
+    rows = []
+    for i, row in enumerate(raw):
+        prompt = row.get("prompt")
+        match = _BOOK_SFT_PROMPT.match(prompt) if isinstance(prompt, str) and "question" not in row else None
+        if match:  # the book's SFT rows wrap the question in its own prompt text
+            row = {**row, "question": match.group(1)}
+        rows.append(task_row(row, f"{origin} row {i + 1}"))
+    return rows
+
+
+class _BookReward:
+    """A reward written for the book's tool, which hands rewards plain completion strings (its prompts are strings);
+    our prompts are conversational, so TRL passes message lists: this gives the function their text instead."""
+
+    def __init__(self, func: Any, name: str):
+        self.func = func
+        self.__name__ = name
+
+    def __call__(self, completions: Any, **kwargs: Any) -> list[float]:
+        from agentic_rl.rewards import completion_text
+
+        return self.func([completion_text(c) for c in completions], **kwargs)
+
+
+def _pop_renamed(params: dict[str, Any], book_key: str, our_key: str) -> None:
+    """Move the book's ``book_key`` to our ``our_key``; both spellings at once is an error."""
+    if book_key in params:
+        if our_key in params:
+            raise ConfigError(f"give '{book_key}' (the book's name) or '{our_key}', not both")
+        params[our_key] = params.pop(book_key)
+
+
+def _flag(params: dict[str, Any], key: str, default: bool) -> bool:
+    value = params.pop(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"'{key}' must be true or false, got {value!r}")
+    return value
+
+
+def _yaml_number(value: float) -> str:
+    """A float as text that a reward spec's YAML reads back as the same float (``1e-06`` would be a string)."""
+    text = repr(float(value))
+    mantissa, e, exponent = text.partition("e")
+    return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
+
+
 class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
     """One tool, five actions (see the module docstring). State (runs, datasets, rewards) lives in the instance and
     in ``<workspace>/rl_training_state.json``, so a new instance on the same workspace sees earlier runs."""
@@ -142,19 +247,71 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         try:
             params = self._parameters(parameters)
             action = params.pop("action", None)
+            for key in ("algorithm", "format", "reward_type"):  # the book lower-cases these ("SFT" works)
+                if isinstance(params.get(key), str):
+                    params[key] = params[key].lower()
+            action = action.lower() if isinstance(action, str) else action
+            if action is None and params.keys() & BOOK_ONLY["train"]:
+                action = "train"  # the book's default action
             if action is None:
                 raise ConfigError(f"'action' is required: one of {', '.join(ACTIONS)}")
             if action not in ACTIONS:
                 raise ConfigError(f"unknown action {action!r}; actions are {', '.join(ACTIONS)}")
             result = getattr(self, f"_{action}")(params)
-            return json.dumps(_jsonable({"action": action, **result}))
+            return json.dumps(_jsonable({"status": "success", "action": action, **result}))
         except AgenticRLError as exc:
-            return json.dumps({"error": str(exc), "action": action})
+            return json.dumps({"status": "error", "error": str(exc), "message": str(exc), "action": action})
         except Exception as exc:  # the agent gets a message, the console the traceback
             from agentic_rl.utils import warn
 
             warn(f"rl_training {action}: {traceback.format_exc()}")
-            return json.dumps({"error": f"{type(exc).__name__}: {exc}", "action": action})
+            message = f"{type(exc).__name__}: {exc}"
+            return json.dumps({"status": "error", "error": message, "message": message, "action": action})
+
+    # -----------------------------------------------------------------------------------------------------------
+    # The book's registration methods
+    # -----------------------------------------------------------------------------------------------------------
+
+    def register_dataset(self, name: str, dataset: Any) -> dict[str, Any]:
+        """Make ``dataset`` the training data called ``name`` (``train`` with ``dataset=name``), as in the book.
+
+        ``dataset`` is a ``datasets.Dataset`` or a list of dicts in any form the loaders read: ``question`` and
+        ``answer`` (GSM8K), the book's SFT rows (``prompt`` "Question: ...", ``completion`` "... Final Answer: N") or
+        its RL rows (``question``, ``ground_truth``). Rows are checked and saved as ``<workspace>/datasets/<name>/
+        train.jsonl``; registering a name again replaces it. Raises :class:`ConfigError` / ``DataError``.
+        """
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ConfigError(f"dataset name {name!r} must be 1-64 letters, digits, '_', '-' or '.'")
+        rows = _task_rows(name, dataset)
+        self.datasets.pop(name, None)
+        entry = self._store_dataset(name, "train", rows, source="registered", options={})
+        from agentic_rl.utils import log
+
+        log(f"rl_training: registered dataset '{name}' ({len(rows)} rows) in {entry['path']}")
+        return {"dataset": name, "path": entry["path"], "num_rows": len(rows)}
+
+    def register_reward_function(self, name: str, reward_fn: Any) -> dict[str, Any]:
+        """Make ``reward_fn(completions, **kwargs) -> list[float]`` a reward called ``name``, as in the book.
+
+        Usable as ``rewards=name`` or ``custom_reward=name`` in ``train`` (GRPO), and — the book's rule — used by a
+        GRPO ``train`` on a dataset of the same name when no reward is given. The function receives completion
+        strings and the dataset columns (``ground_truth``, ``question``, ...). It lives in this process only.
+        """
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ConfigError(f"reward name {name!r} must be 1-64 letters, digits, '_', '-' or '.'")
+        if not callable(reward_fn):
+            raise ConfigError(f"reward_fn for '{name}' must be callable, got {type(reward_fn).__name__}")
+        spec = self._register_reward(name, reward_fn)
+        self._save_state()
+        return {"reward": name, "specs": [spec]}
+
+    def _register_reward(self, name: str, reward_fn: Any) -> str:
+        key = f"{re.sub(r'[^0-9A-Za-z_]', '_', name)}_{uuid.uuid4().hex[:8]}"
+        setattr(IN_PROCESS_REWARDS, key, _BookReward(reward_fn, name))
+        spec = f"{__name__}:IN_PROCESS_REWARDS.{key}"
+        self.rewards[name] = {"name": name, "specs": [spec], "weights": [1.0], "functions": [name],
+                              "registered": True}
+        return spec
 
     @staticmethod
     def _parameters(parameters: Any) -> dict[str, Any]:
@@ -186,6 +343,22 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             "split": ("string", "load_dataset/train/evaluate: dataset split"),
             "completions": ("array", "create_reward: sample completions to score"),
             "ground_truth": ("string", "create_reward: reference answer(s) for the sample completions"),
+            # The book's names (hello-agents' rl_training tool), accepted as they are:
+            "model_name": ("string", "train: the model (the book's name for 'model'); load_dataset: render the "
+                                     "example prompt with this model's chat template"),
+            "num_epochs": ("number", "train: passes over the data (book; default 3)"),
+            "use_lora": ("boolean", "train: LoRA (true, the default) or full fine-tuning (false) (book)"),
+            "use_wandb": ("boolean", "train: log to Weights & Biases (book)"),
+            "use_tensorboard": ("boolean", "train: log to TensorBoard (book; default true)"),
+            "wandb_project": ("string", "train: Weights & Biases project (book)"),
+            "custom_reward": ("string", "train (grpo): a reward registered with register_reward_function (book)"),
+            "format": ("string", "load_dataset: show the rows as sft or rl rows (book)"),
+            "reward_type": ("string", "create_reward: accuracy, length_penalty or step (book)"),
+            "penalty_weight": ("number", "create_reward (length_penalty): penalty weight (book; default 0.001)"),
+            "max_length": ("integer", "create_reward (length_penalty): length in characters beyond which the "
+                                      "penalty starts (book; default 1024); train (sft): token limit"),
+            "step_bonus": ("number", "create_reward (step): bonus per reasoning step (book; default 0.1)"),
+            "model_path": ("string", "evaluate: the model to evaluate (the book's name for 'model')"),
         }
         for algorithm in ("sft", "grpo", "evaluate"):
             try:
@@ -246,6 +419,23 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         if isinstance(name, str) and name in self.datasets:
             params["dataset"] = self.datasets[name]["path"]
 
+    def _store_dataset(self, name: str, split: str, rows: list[dict[str, Any]], *, source: str,
+                       options: dict[str, Any]) -> dict[str, Any]:
+        """Save canonical rows as ``<workspace>/datasets/<name>/<split>.jsonl`` and record them under ``name``."""
+        from agentic_rl.utils import write_jsonl
+
+        folder = self.workspace / "datasets" / name
+        # 'answer' is written in our format (steps, then "Final Answer: N"), so the file reads back into the very
+        # same canonical rows whatever the original columns were (GSM8K's "#### N", a ground-truth-only column).
+        write_jsonl(folder / f"{split}.jsonl", [{**row, "answer": row["solution"]} for row in rows])
+        entry = self.datasets.setdefault(name, {"name": name, "source": source, "path": str(folder), "splits": {},
+                                                "options": options})
+        steps = [r.get("num_steps") for r in rows if isinstance(r.get("num_steps"), int)]
+        entry["splits"][split] = {"num_rows": len(rows), "file": str(folder / f"{split}.jsonl"),
+                                  "avg_steps": sum(steps) / len(steps) if steps else None}
+        self._save_state()
+        return entry
+
     def _reward_specs(self, value: Any) -> list[str]:
         """Reward names from create_reward and plain specs -> one list of specs."""
         items = [value] if isinstance(value, str) else value
@@ -261,13 +451,26 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
     # -----------------------------------------------------------------------------------------------------------
 
     def _train(self, params: dict[str, Any]) -> dict[str, Any]:
+        import os
+
         from agentic_rl.config import config_from_dict, config_to_dict
 
+        book = bool(params.keys() & BOOK_ONLY["train"])
+        if book:
+            params.setdefault("algorithm", BOOK_DEFAULTS["train"]["algorithm"])
         algorithm = params.pop("algorithm", None)
         if algorithm not in ALGORITHMS:
             raise ConfigError(f"train needs 'algorithm': one of {', '.join(ALGORITHMS)}; got {algorithm!r}")
         name = self._new_name(params.pop("name", None), algorithm, self.runs)
         module, cls = _stage_class(algorithm)
+        known = [f.name for f in dataclasses.fields(cls)] + list(TRAIN_KEYS) + list(BOOK_KEYS["train"])
+        for key in params:
+            if key.replace("-", "_") not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise ConfigError(f"unknown train key '{key}' for {algorithm}{hint}; keys are the fields of its "
+                                  f"config, {', '.join(TRAIN_KEYS)}, and the book's {', '.join(BOOK_KEYS['train'])}")
+        custom_rows, book_info = self._book_train(algorithm, params) if book else (None, {})
         if "reward" in params and "rewards" not in params:  # the CLI flag's spelling
             params["rewards"] = params.pop("reward")
         if "rewards" in params:
@@ -278,34 +481,148 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             params["model"] = self._model_path(params["model"])
         self._dataset_source(params)
         params.setdefault("output_dir", str(self.workspace / "runs" / name))
-        config = config_from_dict(cls, params, from_string=True, where=f"rl_training train ({algorithm})")
+        where = f"rl_training train ({algorithm})"
+        config = config_from_dict(cls, params, from_string=True, where=where)
+
+        # Side effects only now that the settings are valid: the custom dataset's file, then the data-sized steps.
+        if custom_rows is not None:
+            self._store_dataset(book_info["custom_dataset"], "train", custom_rows, source="custom_dataset", options={})
+        num_epochs = book_info.get("num_epochs")
+        if algorithm == "grpo" and num_epochs is not None:
+            # TRL's GRPO runs for max_steps; the book's epochs over P prompts take P x G completions each, and an
+            # optimizer step consumes batch_size x gradient_accumulation_steps of them (per device).
+            prompts = len(module.load_data(config)[0])
+            per_step = config.batch_size * config.gradient_accumulation_steps * int(os.environ.get("WORLD_SIZE", "1"))
+            steps = max(1, math.ceil(num_epochs * prompts * config.num_generations * config.num_iterations / per_step))
+            config = config_from_dict(cls, {**params, "max_steps": steps}, from_string=True, where=where)
+            book_info["dataset_size"] = prompts
 
         started = time.time()
         record: dict[str, Any] = {"name": name, "kind": "train", "algorithm": algorithm, "status": "running",
                                   "output_dir": config.output_dir, "config": config_to_dict(config)}
         self.runs[name] = record
+        project = book_info.get("wandb_project")
+        previous_project = os.environ.get("WANDB_PROJECT")
         try:
+            if project:  # the book's wandb_project, for this run only
+                os.environ["WANDB_PROJECT"] = project
             result = module.run(config)
         except BaseException:
             record["status"] = "failed"
             self._save_state()
             raise
+        finally:
+            if project:
+                if previous_project is None:
+                    os.environ.pop("WANDB_PROJECT", None)
+                else:
+                    os.environ["WANDB_PROJECT"] = previous_project
         result = _jsonable(result if isinstance(result, dict) else {"model_dir": result})
         record.update(status="finished", model_dir=result.get("model_dir"), wall_time_s=round(time.time() - started, 1),
                       metrics=_training_metrics(result, Path(config.output_dir)), result=result)
         self._save_state()
-        return {"run": name, "algorithm": algorithm, "model_dir": record["model_dir"],
-                "output_dir": config.output_dir, "metrics": record["metrics"], "wall_time_s": record["wall_time_s"],
-                "config": record["config"], "result": result}
+        out = {"run": name, "algorithm": algorithm, "model_dir": record["model_dir"],
+               "output_dir": config.output_dir, "metrics": record["metrics"], "wall_time_s": record["wall_time_s"],
+               "config": record["config"], "result": result}
+        if book:  # the keys of the book's result
+            rows = book_info.get("dataset_size", (result.get("metrics") or {}).get("train_rows"))
+            epochs = num_epochs if num_epochs is not None else getattr(config, "epochs", None)
+            named = {k: v for k, v in book_info.items() if k in ("custom_dataset", "custom_reward", "wandb_project")}
+            out.update(model=config.model, num_epochs=epochs, dataset_size=rows, **named)
+        return out
+
+    def _book_train(self, algorithm: str, params: dict[str, Any]) -> tuple[list | None, dict[str, Any]]:
+        """The book's train keys -> ours, in place (the mapping is :data:`BOOK_KEYS`); the book's defaults for the
+        keys left out. Returns the rows of an in-memory ``custom_dataset`` (stored once the config is valid) and
+        what is applied later (``num_epochs`` for GRPO, ``wandb_project``, generated names)."""
+        defaults = BOOK_DEFAULTS["train"]
+        info: dict[str, Any] = {}
+        _pop_renamed(params, "model_name", "model")
+
+        rows = None
+        custom = params.pop("custom_dataset", None)
+        if custom is not None:
+            if "dataset" in params:
+                raise ConfigError("give 'dataset' or 'custom_dataset', not both")
+            if isinstance(custom, str):
+                params["dataset"] = custom
+            else:
+                rows = _task_rows("custom_dataset", custom)
+                info["custom_dataset"] = self._new_name(None, "custom_dataset", self.datasets)
+                params["dataset"] = str(self.workspace / "datasets" / info["custom_dataset"])
+        params.setdefault("dataset", defaults["dataset"])
+
+        custom_reward = params.pop("custom_reward", None)
+        if algorithm == "sft":
+            if custom_reward is not None:
+                raise ConfigError("'custom_reward' belongs to algorithm grpo: sft learns from demonstrations, "
+                                  "without a reward")
+        elif custom_reward is not None:
+            if "rewards" in params or "reward" in params:
+                raise ConfigError("give 'custom_reward' or 'rewards', not both")
+            if callable(custom_reward):
+                info["custom_reward"] = self._new_name(None, "custom_reward", self.rewards)
+                self._register_reward(info["custom_reward"], custom_reward)
+                params["rewards"] = info["custom_reward"]
+            else:
+                params["rewards"] = custom_reward
+        elif "rewards" not in params and "reward" not in params:
+            dataset = params["dataset"]  # the book's rule: a reward registered under the dataset's name is used
+            same_name = isinstance(dataset, str) and self.rewards.get(dataset, {}).get("registered")
+            params["rewards"] = dataset if same_name else ["accuracy:1.0"]
+
+        num_epochs = params.pop("num_epochs", None)
+        if num_epochs is None and "epochs" not in params and "max_steps" not in params:
+            num_epochs = defaults["num_epochs"]
+        if num_epochs is not None:
+            if isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, float)) or num_epochs <= 0:
+                raise ConfigError(f"'num_epochs' must be a positive number, got {num_epochs!r}")
+            clash = [k for k in ("epochs", "max_steps") if k in params]
+            if clash:
+                raise ConfigError(f"give 'num_epochs' or '{clash[0]}', not both")
+            if algorithm == "sft":
+                params["epochs"] = float(num_epochs)
+            info["num_epochs"] = num_epochs
+
+        if "use_lora" in params:
+            if "full" in params:
+                raise ConfigError("give 'use_lora' (the book's name) or 'full', not both")
+            params["full"] = not _flag(params, "use_lora", defaults["use_lora"])
+        params.setdefault("batch_size", defaults["batch_size"])
+        if algorithm == "grpo":
+            _pop_renamed(params, "max_samples", "max_train_samples")
+
+        if "report_to" in params:
+            if params.keys() & {"use_wandb", "use_tensorboard"}:
+                raise ConfigError("give 'use_wandb'/'use_tensorboard' (the book's names) or 'report_to', not both")
+        else:
+            backends = [b for b, on in (("tensorboard", _flag(params, "use_tensorboard", defaults["use_tensorboard"])),
+                                        ("wandb", _flag(params, "use_wandb", defaults["use_wandb"]))) if on]
+            backends = backends or ["none"]
+            params["report_to"] = ",".join(backends) if algorithm == "sft" else backends
+        project = params.pop("wandb_project", None)
+        if project is not None:
+            if not isinstance(project, str) or not project.strip():
+                raise ConfigError(f"'wandb_project' must be a project name, got {project!r}")
+            info["wandb_project"] = project
+        return rows, info
 
     def _load_dataset(self, params: dict[str, Any]) -> dict[str, Any]:
         from agentic_rl.data.custom import load_task_dataset
-        from agentic_rl.utils import write_jsonl
 
         name_given = params.pop("name", None)
-        unknown = [k for k in params if k not in DATASET_OPTIONS]
+        book = bool(params.keys() & BOOK_ONLY["load_dataset"])
+        unknown = [k for k in params if k not in DATASET_OPTIONS and k not in BOOK_KEYS["load_dataset"]]
         if unknown:
-            raise ConfigError(f"unknown load_dataset key '{unknown[0]}'; keys are name, {', '.join(DATASET_OPTIONS)}")
+            raise ConfigError(f"unknown load_dataset key '{unknown[0]}'; keys are name, {', '.join(DATASET_OPTIONS)} "
+                              f"and the book's {', '.join(BOOK_KEYS['load_dataset'])}")
+        if book:
+            for key, value in BOOK_DEFAULTS["load_dataset"].items():
+                params.setdefault(key, value)
+        row_format = params.pop("format", None)
+        tokenizer_name = params.pop("model_name", None)
+        if row_format not in (None, "sft", "rl"):
+            raise ConfigError(f"'format' must be sft or rl, got {row_format!r}")
         source = params.pop("source", "synthetic")
         split = params.pop("split", "train")
         if not isinstance(source, str) or not isinstance(split, str) or not _NAME.match(split):
@@ -318,20 +635,29 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             name = self._new_name(name_given, "dataset", self.datasets)
         dataset = load_task_dataset(source, split, **params)
         rows = dataset.to_list() if hasattr(dataset, "to_list") else list(dataset)
-        folder = self.workspace / "datasets" / name
-        # 'answer' is written in our format (steps, then "Final Answer: N"), so the file reads back into the very
-        # same canonical rows whatever the original columns were (GSM8K's "#### N", a ground-truth-only column).
-        write_jsonl(folder / f"{split}.jsonl", [{**row, "answer": row["solution"]} for row in rows])
-        entry = self.datasets.setdefault(name, {"name": name, "source": source, "path": str(folder), "splits": {},
-                                                "options": params})
-        steps = [r.get("num_steps") for r in rows if isinstance(r.get("num_steps"), int)]
-        entry["splits"][split] = {"num_rows": len(rows), "file": str(folder / f"{split}.jsonl"),
-                                  "avg_steps": sum(steps) / len(steps) if steps else None}
-        self._save_state()
+        formatted = None
+        if row_format is not None and rows:  # the rows as the stage sees them: SFT or RL (GRPO, evaluation) rows
+            from agentic_rl.data import to_rl_dataset, to_sft_dataset
+
+            formatted = (to_sft_dataset if row_format == "sft" else to_rl_dataset)(rows[:1]).to_list()[0]
+        prompt_text = None
+        if tokenizer_name is not None and formatted is not None:  # the prompt as this model's chat template renders it
+            from agentic_rl.data.formats import render_prompt
+            from agentic_rl.models.loading import load_tokenizer
+
+            prompt_text = render_prompt(load_tokenizer(str(tokenizer_name)), formatted["prompt"])
+
+        entry = self._store_dataset(name, split, rows, source=source, options=params)
         example = {k: rows[0].get(k) for k in ("question", "solution", "ground_truth")} if rows else {}
-        return {"dataset": name, "path": str(folder), "split": split, "num_rows": len(rows),
-                "columns": sorted(rows[0]) if rows else [], "avg_steps": entry["splits"][split]["avg_steps"],
-                "example": example}
+        out = {"dataset": name, "path": entry["path"], "split": split, "num_rows": len(rows),
+               "columns": sorted(rows[0]) if rows else [], "avg_steps": entry["splits"][split]["avg_steps"],
+               "example": example}
+        if row_format is not None:  # the keys of the book's result
+            out.update(format=row_format, dataset_size=len(rows), sample_keys=list(formatted or {}),
+                       formatted_example=formatted)
+            if prompt_text is not None:
+                out["prompt_text"] = prompt_text
+        return out
 
     def _create_reward(self, params: dict[str, Any]) -> dict[str, Any]:
         from agentic_rl.rewards import build_rewards
@@ -340,9 +666,15 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         specs_value = params.pop("rewards", params.pop("reward", params.pop("spec", None)))
         completions = params.pop("completions", None)
         truth = params.pop("ground_truth", None)
+        book = {k: params.pop(k) for k in BOOK_KEYS["create_reward"] if k in params}
         if params:
             raise ConfigError(f"unknown create_reward key '{next(iter(params))}'; keys are rewards, name, "
-                              "completions, ground_truth")
+                              f"completions, ground_truth, and the book's {', '.join(BOOK_KEYS['create_reward'])}")
+        described: dict[str, Any] = {}
+        if book:
+            if specs_value is not None:
+                raise ConfigError("give 'reward_type' (the book's way) or 'rewards', not both")
+            specs_value, described = _book_reward_spec(book)
         if specs_value is None:
             raise ConfigError("create_reward needs 'rewards': a spec like 'accuracy:1.0' or a list of specs")
         specs = self._reward_specs(specs_value)
@@ -351,7 +683,7 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         name = self._new_name(name_given, "reward", self.rewards)
         self.rewards[name] = {"name": name, "specs": specs, "weights": weights, "functions": names}
         self._save_state()
-        out: dict[str, Any] = {"reward": name, "specs": specs, "functions": names, "weights": weights}
+        out: dict[str, Any] = {"reward": name, "specs": specs, "functions": names, "weights": weights, **described}
         if completions is not None:
             out["scores"] = _score(funcs, weights, names, completions, truth)
         return out
@@ -362,6 +694,11 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         from agentic_rl.eval.evaluate import run as run_eval
 
         name = self._new_name(params.pop("name", None), "eval", self.runs)
+        book = "model_path" in params
+        if book:
+            _pop_renamed(params, "model_path", "model")
+            for key, value in BOOK_DEFAULTS["evaluate"].items():
+                params.setdefault(key, value)
         if "model" in params and "models" in params:
             raise ConfigError("give 'model' or 'models', not both")
         models = params.pop("models", None)
@@ -392,8 +729,15 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         self.runs[name] = record
         self._save_state()
         single = next(iter(metrics.values())) if len(metrics) == 1 else None
-        return {"run": name, "output_dir": result["output_dir"], "dataset": config.dataset, "split": config.split,
-                "metrics": single if single is not None else metrics}
+        out = {"run": name, "output_dir": result["output_dir"], "dataset": config.dataset, "split": config.split,
+               "metrics": single if single is not None else metrics}
+        if book:  # the keys of the book's result (numbers, not "57.00%" strings)
+            from agentic_rl.models.loading import resolve_device
+
+            out.update(model_path=config.models[0], num_samples=single["num_prompts"],
+                       accuracy=single["accuracy_strict"], average_reward=single["avg_reward"],
+                       device=resolve_device(None))
+        return out
 
     def _status(self, params: dict[str, Any]) -> dict[str, Any]:
         name = params.pop("name", None)
@@ -445,6 +789,45 @@ def _training_metrics(result: dict[str, Any], out: Path) -> dict[str, Any]:
     if isinstance(heldout, list) and heldout:
         metrics["heldout_last"] = heldout[-1]
     return _jsonable(metrics)
+
+
+def _book_reward_spec(book: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """The book's ``reward_type`` and its parameters -> our reward spec, and the keys of the book's result.
+
+    ``accuracy``: our strict accuracy. ``length_penalty``: the book's r = max(0, r_acc - w (L - L_max) / L_max) for
+    L > L_max characters is exactly our ``length`` reward with alpha = w / L_max, target_length = L_max, characters.
+    ``step``: our ``step`` reward with beta = step_bonus and the book's cap of 0.5 on the bonus (max_steps =
+    0.5 / step_bonus); it counts reasoning lines with an equation (not every newline) and rewards correct answers
+    only, so steps cannot be farmed.
+    """
+    defaults = BOOK_DEFAULTS["create_reward"]
+    reward_type = book.get("reward_type", defaults["reward_type"])
+    uses = {"accuracy": set(), "length_penalty": {"penalty_weight", "max_length"}, "step": {"step_bonus"}}
+    if reward_type not in uses:
+        raise ConfigError(f"reward_type must be one of {', '.join(uses)}; got {reward_type!r}")
+    extra = sorted(set(book) - {"reward_type"} - uses[reward_type])
+    if extra:
+        raise ConfigError(f"'{extra[0]}' does not apply to reward_type {reward_type!r}")
+    values = {k: book.get(k, defaults[k]) for k in uses[reward_type]}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+            raise ConfigError(f"'{key}' must be a number >= 0, got {value!r}")
+    if reward_type == "accuracy":
+        return ["accuracy:1.0"], {"reward_type": reward_type, "description": "accuracy: 1.0 when the final answer "
+                                                                             "equals the ground truth, else 0.0"}
+    if reward_type == "length_penalty":
+        weight, limit = float(values["penalty_weight"]), values["max_length"]
+        if not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"'max_length' must be a positive integer (characters), got {limit!r}")
+        spec = f"length(alpha={_yaml_number(weight / limit)},target_length={limit})"
+        return [spec], {"reward_type": reward_type, "penalty_weight": weight, "max_length": limit,
+                        "description": f"accuracy - {weight:g} * (length - {limit}) / {limit} for completions longer "
+                                       f"than {limit} characters, never below 0"}
+    bonus = float(values["step_bonus"])
+    cap = max(1, math.floor(0.5 / bonus + 1e-9)) if bonus > 0 else 1
+    spec = f"step(beta={_yaml_number(bonus)},max_steps={cap})"
+    return [spec], {"reward_type": reward_type, "step_bonus": bonus,
+                    "description": f"accuracy + {bonus:g} * reasoning steps (at most {cap} steps) for correct answers"}
 
 
 def _score(funcs, weights, names, completions: Any, truth: Any) -> list[dict[str, Any]]:

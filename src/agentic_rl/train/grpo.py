@@ -33,6 +33,7 @@ Run it::
 Outputs in the run directory (``--output-dir``, default ``runs/grpo``)::
 
     config.yaml         the resolved config (loads back with --config)
+    .agentic-rl-run     marker with the settings --resume checks (a finished run is replaced only with --overwrite)
     metrics.jsonl       one row per logged step, with the metric names below
     completions.jsonl   sample completions with each reward component and the advantage, every N steps
     heldout.jsonl       periodic greedy held-out evaluation (step, accuracy, ...)
@@ -74,7 +75,6 @@ import dataclasses
 import importlib.util
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,12 +82,16 @@ from typing import Any
 
 from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, format_config, save_config, setting
 from agentic_rl.errors import ConfigError
-from agentic_rl.utils import (append_jsonl, has_gpu, last_checkpoint, log, read_jsonl, run_dir, set_seed, supports_bf16,
-                             warn, write_json)
+from agentic_rl.models.fingerprint import weights_fingerprint, write_base_fingerprint
+from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.utils import append_jsonl, has_gpu, log, read_jsonl, set_seed, supports_bf16, write_json
 
 SYNTHETIC_TEST_GUARD = 2000
 LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
 SCALE_REWARDS = ["group", "batch", "none"]
+#: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
+GRPO_OUTPUTS = ("checkpoint-*", "best", "base", "adapter", "merged", "completions.jsonl", "heldout.jsonl",
+                "metrics.jsonl", "result.json", "trainable_parameters.txt", "tensorboard")
 
 #: Values a preset fills in for the fields left unset (None). ``default``: the seed's settings for real models
 #: (Qwen3-0.6B on GSM8K). ``tiny``: the embedded ~3M-parameter model on 2 CPU cores — 64 completions of <= 64
@@ -122,7 +126,10 @@ class GRPOConfig:
                                         "'' = none, or your own text (use the value the SFT stage used)")
     output_dir: str | None = setting(None, "run directory (default runs/grpo)")
     seed: int = setting(0, "random seed (sampling, LoRA init, data order)")
-    resume: bool = setting(False, "continue from the last checkpoint-N in the run directory")
+    resume: bool = setting(False, "continue from the last complete checkpoint-N in the run directory (same settings "
+                           "only; max_steps may grow)")
+    overwrite: bool = setting(False, "replace a finished or interrupted run in the run directory (without it, such a "
+                              "directory is an error)")
 
     # --- what is trained ------------------------------------------------------------------------------------------
     full: bool = setting(False, "full fine-tuning instead of LoRA (the reference is then a second copy of the model)")
@@ -296,30 +303,32 @@ def _check_trl_args(trl_args: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 def load_policy(config: GRPOConfig, out: Path):
-    """The starting policy (a plain ``PreTrainedModel``) and its tokenizer.
+    """The starting policy (a plain ``PreTrainedModel``) and its tokenizer; writes nothing.
 
     An SFT adapter is merged into its base, so the new GRPO adapter (or full fine-tuning) starts from — and is
     KL-regularised towards — the SFT policy. Returns ``(model, tokenizer, base_dir)`` where ``base_dir`` is a
     directory holding exactly the starting weights (needed by TRL to build the reference for full fine-tuning, and
-    recorded as the adapter's base).
+    recorded as the adapter's base): for a merged adapter ``<run>/base``, which :func:`save_start` writes once the
+    run directory may be touched.
     """
     from agentic_rl.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(config.model)
-    merged_in_memory = False
+    base_dir = config.model  # a directory or hub id: TRL and PEFT can reload it by name
     if hasattr(model, "merge_and_unload"):  # a PeftModel: an adapter directory was given
         model = model.merge_and_unload()
-        merged_in_memory = True
-    base_dir = config.model  # a directory or hub id: TRL and PEFT can reload it by name
-    if merged_in_memory:
         base_dir = str(out / "base")
-        if not (Path(base_dir) / "config.json").is_file():
-            log(f"writing the starting weights to {base_dir} (reference model / adapter base)")
-            model.save_pretrained(base_dir)
-            tokenizer.save_pretrained(base_dir)
     model.config._name_or_path = base_dir  # TRL rebuilds the full-FT reference from here
     tokenizer.padding_side = "left"
     return model, tokenizer, base_dir
+
+
+def save_start(model, tokenizer, base_dir: str, out: Path) -> None:
+    """Write the merged starting weights to ``<run>/base`` when the start was an adapter (see :func:`load_policy`)."""
+    if Path(base_dir) == out / "base" and not (Path(base_dir) / "config.json").is_file():
+        log(f"writing the starting weights to {base_dir} (reference model / adapter base)")
+        model.save_pretrained(base_dir)
+        tokenizer.save_pretrained(base_dir)
 
 
 def load_data(config: GRPOConfig):
@@ -588,6 +597,7 @@ def _make_callback(config: GRPOConfig, out: Path, logger: MetricsLogger, rules, 
                 state["best_score"] = score
                 state["best_step"] = step
                 save_policy(model, tokenizer, out / "best")
+                write_base_fingerprint(out / "best", *state["base"])
                 write_json(out / "best" / "best.json", {"step": step, **metrics})
 
     return GRPOMonitor()
@@ -662,26 +672,23 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     if not config.model:
         raise ConfigError("model is required: an SFT output directory, a model directory or a hub id (--model)")
     started = time.time()
-    out = run_dir(config.output_dir, "grpo")
+    out = stage_path(config.output_dir, "grpo")
     print(format_config(config, "grpo"), flush=True)
-    save_config(config, out / "config.yaml")
+    # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
+    checkpoint = check_stage_dir(out, config, stage="grpo", finished="result.json", checkpoints=out)
     set_seed(config.seed)
-
-    checkpoint = last_checkpoint(out) if config.resume else None
-    if config.resume and checkpoint is None:
-        warn(f"--resume: no checkpoint-N in {out}; starting from the beginning")
-    if not config.resume:
-        if last_checkpoint(out) is not None:
-            warn(f"{out} holds checkpoints from an earlier run; they will be overwritten (use --resume to continue)")
-        for name in ("completions.jsonl", "heldout.jsonl"):
-            (out / name).unlink(missing_ok=True)
-        shutil.rmtree(out / "best", ignore_errors=True)
-        shutil.rmtree(out / "base", ignore_errors=True)  # an earlier run's merged start may come from another adapter
 
     # --- model, data, rewards --------------------------------------------------------------------------------------
     model, tokenizer, base_dir = load_policy(config, out)
     train, heldout = load_data(config)
     funcs, weights, reward_names = build_reward_functions(config.rewards)
+
+    # --- only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded
+    # (an earlier run's base/ may come from another adapter, its best/ from other settings)
+    claim_stage_dir(out, config, stage="grpo", stale=GRPO_OUTPUTS, resuming=checkpoint is not None)
+    save_config(config, out / "config.yaml")
+    save_start(model, tokenizer, base_dir, out)
+    start_fingerprint = weights_fingerprint(model)
     log(f"GRPO: {len(train)} training prompts, rewards {dict(zip(reward_names, weights))}, "
         f"{'full fine-tuning' if config.full else f'LoRA r={config.lora_r}'}, beta={config.beta}")
 
@@ -694,7 +701,8 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     backends = [b for b in resolve_report_to(list(config.report_to), out) if b != "none"]
     logger = MetricsLogger(out, backends, config, resume=checkpoint is not None)
     rules = health_monitor(config)
-    state: dict[str, Any] = {"best_score": -math.inf, "best_step": None, "evaluated_steps": set()}
+    state: dict[str, Any] = {"best_score": -math.inf, "best_step": None, "evaluated_steps": set(),
+                             "base": (start_fingerprint, base_dir)}
     if checkpoint is not None and (out / "best" / "best.json").is_file():
         from agentic_rl.utils import read_json
 
@@ -726,6 +734,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     if not config.full:
         adapter_dir = out / "adapter"
         save_policy(policy, tokenizer, adapter_dir)
+        write_base_fingerprint(adapter_dir, start_fingerprint, base_dir)
         policy = policy.merge_and_unload()
     merged_dir = out / "merged"
     policy.config._name_or_path = str(merged_dir)

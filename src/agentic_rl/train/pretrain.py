@@ -29,7 +29,11 @@ from typing import Any
 
 from agentic_rl.config import SEED_RANGE, check_range, format_config, save_config
 from agentic_rl.errors import ConfigError
-from agentic_rl.utils import has_gpu, last_checkpoint, log, run_dir, set_seed, supports_bf16, write_json
+from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
+
+#: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
+PRETRAIN_OUTPUTS = ("checkpoints", "tokenizer", "model", "metrics.json", "log_history.json", "tensorboard")
 
 
 @dataclass
@@ -60,7 +64,12 @@ class PretrainConfig:
     eval_fraction: float = field(default=0.02, metadata={"help": "share of blocks held out for the eval loss"})
     logging_steps: int = field(default=10, metadata={"help": "log loss / grad norm / lr every N steps"})
     report_to: str = field(default="tensorboard", metadata={"help": "tensorboard, wandb, none (comma list)"})
-    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in the run directory"})
+    resume: bool = field(default=False, metadata={
+        "help": "continue from the last complete checkpoint in the run directory (same settings only; max_steps may "
+                "grow)"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace a finished or interrupted run in the run directory (without it, such a directory is an "
+                "error)"})
     save_steps: int = field(default=0, metadata={"help": "save a checkpoint every N steps (0: only at the end)"})
 
     def __post_init__(self):
@@ -160,16 +169,19 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     from agentic_rl.train.monitoring import HealthCallback, logging_callbacks, resolve_report_to
 
     start = time.time()
-    out = run_dir(config.output_dir, "pretrain")
+    out = stage_path(config.output_dir, "pretrain")
     print(format_config(config, "pretrain"), flush=True)
-    save_config(config, out / "config.yaml")
+    # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
+    resume_from = check_stage_dir(out, config, stage="pretrain", finished="metrics.json",
+                                  checkpoints=out / "checkpoints")
     report_to = resolve_report_to(config.report_to, out)
     set_seed(config.seed)
 
     # --- tokenizer and corpus -----------------------------------------------------------------------------------
     lines = build_corpus(config)
     tok_dir = out / "tokenizer"
-    if config.resume and (tok_dir / "tokenizer.json").is_file():
+    resumed_tokenizer = resume_from is not None and (tok_dir / "tokenizer.json").is_file()
+    if resumed_tokenizer:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
@@ -177,7 +189,6 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         # the tokenizer also sees the system prompt and formatted solutions, so that those become few tokens
         extra = default_tokenizer_corpus(max(config.corpus_lines // 4, 500), seed=config.seed + 1)
         tokenizer = train_tokenizer(lines + extra, vocab_size=config.vocab_size)
-        tokenizer.save_pretrained(tok_dir)
     blocks = pack_blocks(lines, tokenizer, config.seq_length)
     rng = random.Random(config.seed)
     rng.shuffle(blocks)
@@ -197,6 +208,12 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     model = build_tiny_model(tokenizer, config.model_preset, max_position_embeddings=max(1024, config.seq_length),
                              seed=config.seed, **overrides)
     _, n_params = count_parameters(model)
+
+    # --- only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded
+    claim_stage_dir(out, config, stage="pretrain", stale=PRETRAIN_OUTPUTS, resuming=resume_from is not None)
+    save_config(config, out / "config.yaml")
+    if not resumed_tokenizer:
+        tokenizer.save_pretrained(tok_dir)
 
     # --- trainer --------------------------------------------------------------------------------------------------
     gpu = has_gpu()
@@ -235,7 +252,6 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
         callbacks=[health, *callbacks],
     )
-    resume_from = last_checkpoint(ckpt_dir) if config.resume else None
     train_out = trainer.train(resume_from_checkpoint=resume_from)
 
     # --- evaluate and save ----------------------------------------------------------------------------------------

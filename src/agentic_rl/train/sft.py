@@ -17,7 +17,8 @@ Algorithm:
    the health rules of ``train.monitoring`` print live warnings.
 5. Output in the run directory: ``checkpoints/`` (for ``--resume``), ``adapter/`` (LoRA weights + tokenizer),
    ``merged/`` (``merge_and_unload``: a plain model directory later stages and export start from), ``config.yaml``,
-   ``metrics.json`` and ``log_history.json``.
+   ``metrics.json`` and ``log_history.json``, and the marker ``.agentic-rl-run`` with the settings ``--resume`` checks
+   (a finished run is replaced only with ``--overwrite``); a LoRA adapter records its base in ``base_fingerprint.json``.
 
 CPU defaults: no bf16, no activation checkpointing, ``use_cpu``; on a GPU: bf16 where supported and activation
 checkpointing for models above 100M parameters. The resolved settings are printed.
@@ -36,9 +37,12 @@ from typing import Any
 from agentic_rl.config import SEED_RANGE, check_range, format_config, save_config
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
-from agentic_rl.utils import has_gpu, last_checkpoint, log, run_dir, set_seed, supports_bf16, warn, write_json
+from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, warn, write_json
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+#: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
+SFT_OUTPUTS = ("checkpoints", "adapter", "merged", "metrics.json", "log_history.json", "tensorboard")
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
 
 
@@ -96,7 +100,12 @@ class SFTConfig:
     logging_steps: int = field(default=10, metadata={"help": "log loss / grad norm / lr every N steps"})
     save_steps: int = field(default=100, metadata={"help": "checkpoint every N steps (for --resume)"})
     save_total_limit: int = field(default=2, metadata={"help": "keep at most N checkpoints"})
-    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in the run directory"})
+    resume: bool = field(default=False, metadata={
+        "help": "continue from the last complete checkpoint in the run directory (same settings only; max_steps and "
+                "epochs may grow)"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace a finished or interrupted run in the run directory (without it, such a directory is an "
+                "error)"})
     merge: bool = field(default=True, metadata={"help": "also save the merged model (<run>/merged)"})
     trust_remote_code: bool = field(default=False, metadata={"help": "allow custom model code from the Hub"})
 
@@ -148,7 +157,13 @@ def build_sft_dataset(config: SFTConfig):
 # ---------------------------------------------------------------------------------------------------------------
 
 def prepare_model(config: SFTConfig):
-    """``(model, tokenizer)``: the base with LoRA adapters attached (or all weights trainable with ``full``)."""
+    """``(model, tokenizer)``: the base with LoRA adapters attached (or all weights trainable with ``full``).
+
+    ``model.agentic_rl_base`` is ``(fingerprint, path)`` of the base the adapter is trained on (see
+    ``models.fingerprint``), recorded in the saved adapter; None when it cannot be known (a continued adapter that
+    recorded none).
+    """
+    from agentic_rl.models.fingerprint import read_base_fingerprint, weights_fingerprint
     from peft import LoraConfig, PeftModel, get_peft_model
 
     from agentic_rl.models.loading import is_adapter_dir, load_model_and_tokenizer
@@ -172,7 +187,10 @@ def prepare_model(config: SFTConfig):
         log(f"continuing the LoRA adapter in {config.model}")
         warn("lora_r / lora_alpha / lora_dropout / lora_target / lora_mlp come from that adapter's "
              "adapter_config.json; the values in this config do not apply (use --full, or start from its base)")
+        recorded = read_base_fingerprint(source)
+        model.agentic_rl_base = (recorded["fingerprint"], recorded.get("base_model")) if recorded else None
         return model, tokenizer
+    model.agentic_rl_base = (weights_fingerprint(model), source)
     names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
     missing = [t for t in config.target_modules if t not in names]
     if missing:
@@ -237,6 +255,10 @@ def save_outputs(trainer, tokenizer, out: Path, *, full: bool, merge: bool) -> d
         adapter_dir = out / "adapter"
         model.save_pretrained(adapter_dir)
         tokenizer.save_pretrained(adapter_dir)
+        if getattr(model, "agentic_rl_base", None):
+            from agentic_rl.models.fingerprint import write_base_fingerprint
+
+            write_base_fingerprint(adapter_dir, *model.agentic_rl_base)
         paths["adapter_dir"] = str(adapter_dir)
         if merge:
             merged = model.merge_and_unload()
@@ -260,15 +282,19 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     from agentic_rl.train.monitoring import HealthCallback, logging_callbacks, resolve_report_to
 
     start = time.time()
-    out = run_dir(config.output_dir, "sft")
+    out = stage_path(config.output_dir, "sft")
     print(format_config(config, "sft"), flush=True)
-    save_config(config, out / "config.yaml")
+    # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
+    resume_from = check_stage_dir(out, config, stage="sft", finished="metrics.json", checkpoints=out / "checkpoints")
     report = resolve_report_to(config.report_to, out)
-    report_rest, log_callbacks = logging_callbacks(report, out)
     set_seed(config.seed)
 
     dataset = build_sft_dataset(config)
     model, tokenizer = prepare_model(config)
+    # Only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded.
+    claim_stage_dir(out, config, stage="sft", stale=SFT_OUTPUTS, resuming=resume_from is not None)
+    save_config(config, out / "config.yaml")
+    report_rest, log_callbacks = logging_callbacks(report, out)
     n_train, n_total = count_parameters(model)
     args = trainer_arguments(config, out, report_rest, n_total)
     health = HealthCallback()
@@ -283,13 +309,6 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         f"{'steps ' + str(steps) if steps else f'epochs {config.epochs:g}'}, lr {config.learning_rate:g} "
         f"({config.lr_scheduler}, warm-up {config.warmup_ratio:.0%})")
 
-    resume_from = None
-    if config.resume:
-        resume_from = last_checkpoint(out / "checkpoints")
-        if resume_from is None:
-            warn(f"--resume: no checkpoint in {out / 'checkpoints'}; starting from scratch")
-        else:
-            log(f"resuming from {resume_from}")
     train_out = trainer.train(resume_from_checkpoint=resume_from)
 
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]

@@ -1,0 +1,269 @@
+"""Run directories: what makes a folder ours, which settings made it, and the checks before anything is replaced.
+
+Every run directory this project creates holds a marker file, ``.agentic-rl-run`` (JSON: the kind of run and, for a
+training stage, its resolved settings and their fingerprint). Three rules follow from it:
+
+* ``--fresh`` deletes only a directory that holds the marker, and never the working directory, one of its parents,
+  the home directory or the filesystem root (:func:`check_deletable`).
+* A stage (pretrain, SFT, GRPO) run into a directory that holds a finished run or checkpoints refuses unless the
+  user asked for ``--resume`` (continue it) or ``--overwrite`` (replace it); a non-empty folder this project did not
+  make is never written into (:func:`check_stage_dir`). The check has no side effects: the stage loads its model,
+  data and rewards first, and only then claims the directory (:func:`claim_stage_dir`), which is when old outputs are
+  removed.
+* ``--resume`` continues only a run made with the same settings. Settings that may legitimately change when
+  continuing a run are not compared (:data:`RESUME_FREE_KEYS`: ``resume``, ``overwrite``, ``output_dir``, how long to
+  train — ``max_steps`` / ``epochs`` — and where and how often to log and save). Any other difference is an error
+  that names the keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Iterable
+
+from agentic_rl.errors import ConfigError
+from agentic_rl.utils import RUNS_ROOT, last_checkpoint, log, read_json, warn, write_json
+
+RUN_MARKER = ".agentic-rl-run"
+
+#: Settings that may differ between a run and its ``--resume``: continuing for more steps, or logging and saving
+#: differently, does not change what the checkpoints were trained on.
+RESUME_FREE_KEYS = frozenset({"resume", "overwrite", "output_dir", "max_steps", "epochs", "report_to",
+                              "logging_steps", "save_steps", "save_total_limit"})
+
+#: Settings that never tell two runs apart (a pipeline stage re-run compares everything else).
+RUN_CONTROL_KEYS = frozenset({"resume", "overwrite"})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Settings and fingerprints
+# ---------------------------------------------------------------------------------------------------------------
+
+def settings_of(config: Any) -> dict[str, Any]:
+    """A config dataclass (or dict) as plain JSON values, so a stored copy compares equal to a fresh one."""
+    import dataclasses
+
+    values = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
+    return json.loads(json.dumps(values, sort_keys=True, default=str))
+
+
+def fingerprint(settings: dict[str, Any], ignore: Iterable[str] = RUN_CONTROL_KEYS) -> str:
+    """A short hash of ``settings`` without the ``ignore`` keys."""
+    kept = {k: v for k, v in settings.items() if k not in set(ignore)}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def differing_keys(old: dict[str, Any], new: dict[str, Any], ignore: Iterable[str] = RUN_CONTROL_KEYS) -> list[str]:
+    """``["seed (0 -> 1)", ...]``: the settings that differ between two runs, with both values.
+
+    Only settings both runs have are compared: one that a newer version added (or dropped) does not make a run made
+    before the upgrade "other settings".
+    """
+    ignore = set(ignore)
+    return [f"{key} ({json.dumps(old[key], default=str)} -> {json.dumps(new[key], default=str)})"
+            for key in sorted(set(old) & set(new)) if key not in ignore and old[key] != new[key]]
+
+
+def describe(differences: list[str], limit: int = 4) -> str:
+    more = f", and {len(differences) - limit} more" if len(differences) > limit else ""
+    return ", ".join(differences[:limit]) + more
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The marker
+# ---------------------------------------------------------------------------------------------------------------
+
+def read_marker(path: str | Path) -> dict[str, Any] | None:
+    """The marker of a run directory this project created (None when there is none or it is unreadable)."""
+    marker = Path(path) / RUN_MARKER
+    if not marker.is_file():
+        return None
+    try:
+        data = read_json(marker)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_marker(path: str | Path, kind: str, config: Any = None) -> None:
+    data: dict[str, Any] = {"created_by": "agentic-rl", "kind": kind}
+    if config is not None:
+        settings = settings_of(config)
+        data.update(fingerprint=fingerprint(settings), settings=settings)
+    write_json(Path(path) / RUN_MARKER, data)
+
+
+def create_run_root(path: str | Path, kind: str) -> Path:
+    """Create a run directory (with its marker) or reuse one of ours; refuse a non-empty folder that is not ours.
+
+    ``legacy``: a run directory made before markers existed is recognised by ``config.yaml`` beside stage folders.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"run directory {path} exists and is not a directory; choose another --output-dir / --name")
+    if path.is_dir() and any(path.iterdir()):
+        if read_marker(path) is None and not _looks_like_old_run(path):
+            raise ConfigError(f"{path} is not empty and was not created by agentic-rl; choose a new or empty "
+                              f"--output-dir (or --name)")
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    write_marker(path, kind)
+    return path
+
+
+def _looks_like_old_run(path: Path) -> bool:
+    """A pipeline run directory written before markers existed: its config beside its summary or stage markers."""
+    return (path / "config.yaml").is_file() and ((path / "summary.json").is_file() or any(path.glob("*/stage.json"))
+                                                 or any(path.glob("eval/*/stage.json")))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --fresh
+# ---------------------------------------------------------------------------------------------------------------
+
+def check_deletable(path: str | Path) -> None:
+    """Raise :class:`ConfigError` unless ``path`` is a run directory this project created, safe to delete whole."""
+    path = Path(path)
+    resolved = path.resolve()
+    cwd, home = Path.cwd().resolve(), Path.home().resolve()
+    if (path.is_symlink() or resolved == Path(resolved.anchor) or resolved in (cwd, home)
+            or resolved in cwd.parents or resolved in home.parents):
+        raise ConfigError(f"--fresh refuses to delete {path} ({resolved}): it is the working directory, one of its "
+                          "parents, the home directory, the filesystem root or a link; choose another --name / "
+                          "--output-dir")
+    if not path.is_dir():
+        raise ConfigError(f"--fresh: {path} is not a directory; choose another --name / --output-dir")
+    if read_marker(path) is None:
+        raise ConfigError(f"--fresh refuses to delete {path}: it was not created by agentic-rl as a run directory "
+                          f"(no {RUN_MARKER} in it); delete it yourself or choose another --name / --output-dir")
+
+
+def delete_run_dir(path: str | Path) -> None:
+    """``--fresh``: delete a run directory after :func:`check_deletable` agreed."""
+    check_deletable(path)
+    log(f"--fresh: removing {path}")
+    shutil.rmtree(path)
+
+
+def check_run_name(name: str) -> None:
+    """A run name is one folder name under ``runs/``: no path separators, not ``.`` or ``..``."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise ConfigError(f"name {name!r} must be a plain folder name (no '/', '\\', '.' or '..'); use --output-dir "
+                          "for a path")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A stage's run directory
+# ---------------------------------------------------------------------------------------------------------------
+
+def stage_path(output_dir: str | None, default_name: str) -> Path:
+    """The run directory a stage will use (``output_dir`` or ``runs/<default_name>``), not created yet."""
+    return Path(output_dir) if output_dir else RUNS_ROOT / default_name
+
+
+def _checkpoint_dirs(folder: Path) -> list[Path]:
+    return [p for p in folder.glob("checkpoint-*") if p.is_dir()] if folder.is_dir() else []
+
+
+def check_stage_dir(out: Path, config: Any, *, stage: str, finished: str, checkpoints: Path) -> str | None:
+    """Decide, without touching the disk, what a stage may do in ``out``; returns the checkpoint to resume from.
+
+    ``finished``: the file a completed run of the stage leaves (``result.json``, ``metrics.json``);
+    ``checkpoints``: the folder holding ``checkpoint-N``. ``config`` needs ``resume`` and ``overwrite`` fields.
+    """
+    resume, overwrite = bool(getattr(config, "resume", False)), bool(getattr(config, "overwrite", False))
+    if resume and overwrite:
+        raise ConfigError("--resume continues the run in the directory and --overwrite replaces it: choose one")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output_dir {out} exists and is not a directory; choose another --output-dir")
+    if not out.is_dir() or not any(out.iterdir()):
+        if resume:
+            warn(f"--resume: {out} holds no run yet; starting from the beginning")
+        return None
+    marker = read_marker(out)
+    is_finished = (out / finished).is_file()
+    saved = _checkpoint_dirs(checkpoints)
+    if marker is None and not is_finished and not saved:
+        raise ConfigError(f"{out} is not empty and was not created by agentic-rl; choose a new or empty "
+                          f"--output-dir")
+    kind = (marker or {}).get("kind")
+    if kind and kind != stage:
+        raise ConfigError(f"{out} holds a {kind} run, not a {stage} run; choose another --output-dir")
+    if resume:
+        stored = (marker or {}).get("settings")
+        if stored is None:
+            warn(f"--resume: {out} records no settings (made by an older version); cannot check that they match")
+        else:
+            differences = differing_keys(stored, settings_of(config), RESUME_FREE_KEYS)
+            if differences:
+                raise ConfigError(f"--resume: {out} was trained with other settings: {describe(differences)}; resume "
+                                  "with the same settings, or start a new run (--overwrite or another --output-dir)")
+        checkpoint = last_checkpoint(checkpoints)
+        if checkpoint is None and is_finished:
+            raise ConfigError(f"--resume: {out} holds a finished {stage} run but no complete checkpoint to continue "
+                              "from; pass --overwrite to replace it, or choose another --output-dir")
+        if checkpoint is None:
+            warn(f"--resume: no complete checkpoint-N in {checkpoints}; starting from the beginning")
+        else:
+            log(f"resuming from {checkpoint}")
+        return checkpoint
+    if overwrite:
+        return None
+    if is_finished:
+        raise ConfigError(f"{out} already holds a finished {stage} run; pass --resume to continue it, --overwrite "
+                          "to replace it, or choose another --output-dir")
+    if saved:
+        raise ConfigError(f"{out} holds checkpoints of an unfinished {stage} run; pass --resume to continue it, "
+                          "--overwrite to start over, or choose another --output-dir")
+    return None
+
+
+def claim_stage_dir(out: Path, config: Any, *, stage: str, stale: Iterable[str] = (), resuming: bool) -> Path:
+    """Create ``out`` (if needed) and record the run's settings in its marker; unless ``resuming``, remove an earlier
+    run's ``stale`` outputs (names or glob patterns). Call it after the model, data and rewards have loaded."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not resuming:
+        for pattern in stale:
+            for path in out.glob(pattern):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+    marker = read_marker(out)
+    if not resuming or not (marker or {}).get("settings"):
+        write_marker(out, stage, config)
+    return out
+
+
+def stage_settings_mismatch(out: Path, config: Any) -> list[str] | None:
+    """For a pipeline: the settings in which ``out``'s recorded run differs from ``config`` (everything but
+    ``resume``/``overwrite`` counts); None when ``out`` records no settings."""
+    stored = (read_marker(out) or {}).get("settings")
+    if stored is None:
+        return None
+    return differing_keys(stored, settings_of(config), RUN_CONTROL_KEYS)
+
+
+def has_run(out: Path) -> bool:
+    return out.is_dir() and any(out.iterdir())
+
+
+def stored_settings(path: Path) -> dict[str, Any] | None:
+    """Settings recorded in a pipeline stage marker (``stage.json``), else the stage's ``config.yaml``."""
+    if path.is_file():
+        data = read_json(path)
+        if isinstance(data, dict) and isinstance(data.get("settings"), dict):
+            return data["settings"]
+    config_yaml = path.parent / "config.yaml"
+    if config_yaml.is_file():
+        import yaml
+
+        try:
+            data = yaml.safe_load(config_yaml.read_text())
+        except yaml.YAMLError:
+            return None
+        return json.loads(json.dumps(data, default=str)) if isinstance(data, dict) else None
+    return None

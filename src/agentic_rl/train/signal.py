@@ -1,0 +1,258 @@
+"""Learning from every GRPO step: difficulty selection, zero-variance group refill, and an SFT anchor loss.
+
+GRPO learns only from groups whose rewards differ: a group in which all ``num_generations`` completions score the
+same has zero advantage everywhere. At a few-percent sampled accuracy most groups are all-wrong, so most of each step
+is wasted. TRL 1.16 has no remedy; these three options of the GRPO stage supply the ones the field relies on:
+
+* **Difficulty selection** (before training): estimate every candidate prompt's pass rate from ``k`` samples of the
+  starting policy at the training temperature and keep the prompts whose rate lies in a band (e.g. 0.1-0.9), where
+  a group is likely to hold both right and wrong answers (:func:`estimate_pass_rates`, :func:`select_by_pass_rate`).
+* **Zero-variance filtering with refill** (every generation batch, DAPO's dynamic sampling): drop the groups whose
+  rewards all tie and generate replacement prompts until the batch is full of groups with signal, at most
+  ``refill_max_draws`` extra generation rounds; what is still missing then is filled with dropped groups, so the batch
+  shape never changes (:class:`SignalGRPOTrainer`).
+* **SFT anchor**: ``sft_loss_weight`` x the demonstrations' token-level negative log-likelihood is added to the GRPO
+  loss of every micro-step, to stop the policy drifting from what SFT taught.
+
+Logged (our names): ``grpo/signal/dropped_group_fraction`` (groups of the first draw with no signal),
+``grpo/signal/refill_draws`` (extra generation rounds), ``grpo/signal/final_zero_std_fraction`` (groups without signal
+left in the batch that trains), ``grpo/signal/sft_loss``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from agentic_rl.errors import ConfigError
+from agentic_rl.utils import log
+
+# ---------------------------------------------------------------------------------------------------------------
+# Difficulty selection
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def estimate_pass_rates(model, tokenizer, rows: list[dict[str, Any]], *, samples: int, temperature: float,
+                        max_new_tokens: int, seed: int = 0) -> list[float]:
+    """Per row: the share of ``samples`` completions (sampled at ``temperature``) that are correct (strict)."""
+    from agentic_rl.eval.generation import generate_batched
+    from agentic_rl.rewards import is_correct
+
+    generations = generate_batched(model, tokenizer, [r["prompt"] for r in rows], max_new_tokens=max_new_tokens,
+                                   temperature=temperature, num_samples=samples, seed=seed)
+    return [sum(is_correct(g.text, str(r["ground_truth"]), "strict") for g in gens) / samples
+            for r, gens in zip(rows, generations)]
+
+
+def select_by_pass_rate(rows: list[dict[str, Any]], rates: list[float], low: float, high: float
+                        ) -> list[dict[str, Any]]:
+    """The rows whose estimated pass rate lies in ``[low, high]``, in their order, each with its ``pass_rate``."""
+    return [{**row, "pass_rate": rate} for row, rate in zip(rows, rates) if low <= rate <= high]
+
+
+def pass_rate_histogram(rates: list[float], samples: int) -> dict[str, int]:
+    """``{"0/4": 170, "1/4": 20, ...}``: how many prompts had each number of correct samples."""
+    counts = {f"{c}/{samples}": 0 for c in range(samples + 1)}
+    for rate in rates:
+        counts[f"{round(rate * samples)}/{samples}"] += 1
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Generation batches: select groups, concatenate batches of different widths
+# ---------------------------------------------------------------------------------------------------------------
+
+#: Keys of TRL's generation batch that are padded on the left (prompts); every other (B, T) tensor is right-padded.
+_LEFT_PADDED = ("prompt_ids", "prompt_mask")
+
+
+def _pad_value(key: str, pad_token_id: int) -> float:
+    if key in ("prompt_ids", "completion_ids"):
+        return pad_token_id
+    if key == "tool_mask":
+        return 1  # TRL pads the tool mask with 1 (padding is masked by completion_mask anyway)
+    return 0
+
+
+def group_has_signal(advantages, num_generations: int):
+    """Bool per group: some completion of the group has a non-zero advantage (the rewards did not all tie)."""
+    return advantages.view(-1, num_generations).abs().sum(dim=1) > 0
+
+
+def select_rows(batch: dict[str, Any], rows) -> dict[str, Any]:
+    """The generation batch restricted to ``rows`` (a 1-D index tensor) along the batch dimension."""
+    size = batch["advantages"].shape[0]
+    out = {}
+    for key, value in batch.items():
+        is_batched = hasattr(value, "shape") and value.dim() >= 1 and value.shape[0] == size
+        out[key] = value.index_select(0, rows.to(value.device)) if is_batched else value
+    return out
+
+
+def concat_batches(parts: list[dict[str, Any]], pad_token_id: int) -> dict[str, Any]:
+    """Concatenate generation batches along the batch dimension, re-padding (B, T) tensors to the widest part.
+
+    ``num_items_in_batch`` (the loss normaliser: completion tokens that carry loss) is recomputed for the result.
+    """
+    import torch
+
+    out: dict[str, Any] = {}
+    sizes = [p["advantages"].shape[0] for p in parts]
+    for key, first in parts[0].items():
+        if key == "num_items_in_batch":
+            continue
+        if not (hasattr(first, "shape") and first.dim() >= 1 and first.shape[0] == sizes[0]):
+            out[key] = first
+            continue
+        values = [p[key] for p in parts]
+        if first.dim() >= 2:
+            width = max(v.shape[1] for v in values)
+            padded = []
+            for v in values:
+                missing = width - v.shape[1]
+                if missing:
+                    fill = torch.full((v.shape[0], missing, *v.shape[2:]), _pad_value(key, pad_token_id),
+                                      dtype=v.dtype, device=v.device)
+                    v = torch.cat([fill, v] if key in _LEFT_PADDED else [v, fill], dim=1)
+                padded.append(v)
+            values = padded
+        out[key] = torch.cat(values, dim=0)
+    loss_mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
+    out["num_items_in_batch"] = loss_mask.sum()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The trainer
+# ---------------------------------------------------------------------------------------------------------------
+
+def tokenize_demonstrations(tokenizer, sft_rows: list[dict[str, Any]], max_length: int) -> list[tuple[list[int], int]]:
+    """Each SFT row (conversational ``prompt`` + ``completion``) as (token ids, number of prompt tokens)."""
+    from agentic_rl.data.formats import render_prompt
+
+    out = []
+    for row in sft_rows:
+        prompt = render_prompt(tokenizer, row["prompt"])
+        # The assistant turn as the chat template closes it: the text, then the end-of-turn token (the EOS).
+        full = prompt + row["completion"][0]["content"] + (tokenizer.eos_token or "")
+        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        ids = tokenizer(full, add_special_tokens=False)["input_ids"][:max_length]
+        if len(ids) > len(p_ids):
+            out.append((ids, len(p_ids)))
+    return out
+
+
+def make_signal_trainer_class():
+    """``SignalGRPOTrainer``: TRL's ``GRPOTrainer`` plus refill and the SFT anchor (built lazily: TRL is heavy)."""
+    import torch
+    from trl import GRPOTrainer
+
+    class SignalGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer with zero-variance group refill and an optional SFT anchor loss (see the module docstring).
+
+        ``refill_max_draws``: extra generation rounds per batch (0 = off). ``sft_demonstrations``: tokenized
+        demonstrations from :func:`tokenize_demonstrations`; ``sft_loss_weight``: their weight (0 = off).
+        """
+
+        def __init__(self, *args, refill_max_draws: int = 0, sft_loss_weight: float = 0.0,
+                     sft_demonstrations: list[tuple[list[int], int]] | None = None, seed: int = 0, **kwargs):
+            super().__init__(*args, **kwargs)
+            if refill_max_draws and self.accelerator.num_processes > 1:
+                raise ConfigError("refill_max_draws works on one process only (each process would draw a different "
+                                  "number of refills and the collective calls would hang); set it to 0 with "
+                                  "several processes")
+            if sft_loss_weight and not sft_demonstrations:
+                raise ConfigError("sft_loss_weight > 0 needs demonstrations (the training rows' reference "
+                                  "solutions), and none could be built")
+            self.refill_max_draws = refill_max_draws
+            self.sft_loss_weight = sft_loss_weight
+            self.sft_demonstrations = sft_demonstrations or []
+            self._refill_rng = random.Random(seed)
+            self._refill_order: list[int] = []
+            self._demo_rng = random.Random(seed + 1)
+
+        # --- zero-variance groups -------------------------------------------------------------------------------
+        def _draw_prompts(self, n_prompts: int) -> list[dict[str, Any]]:
+            """``n_prompts`` training rows, each repeated ``num_generations`` times, as TRL's sampler lays them out."""
+            rows = []
+            for _ in range(n_prompts):
+                if not self._refill_order:
+                    self._refill_order = list(range(len(self.train_dataset)))
+                    self._refill_rng.shuffle(self._refill_order)
+                rows.append(self.train_dataset[self._refill_order.pop()])
+            return [dict(row) for row in rows for _ in range(self.num_generations)]
+
+        def _generate_and_score_completions(self, inputs):
+            batch = super()._generate_and_score_completions(inputs)
+            if not self.model.training or not self.refill_max_draws:
+                return batch
+            g = self.num_generations
+            n_groups = batch["advantages"].shape[0] // g
+            signal = group_has_signal(batch["advantages"], g)
+            kept = [select_groups(batch, signal.nonzero().flatten(), g)]
+            dropped = select_groups(batch, (~signal).nonzero().flatten(), g)
+            have, draws = int(signal.sum()), 0
+            self._metrics["train"]["signal/dropped_group_fraction"].append(1 - have / n_groups)
+            while have < n_groups and draws < self.refill_max_draws:
+                draws += 1
+                extra = super()._generate_and_score_completions(self._draw_prompts(n_groups - have))
+                extra_signal = group_has_signal(extra["advantages"], g).nonzero().flatten()
+                extra_signal = extra_signal[: n_groups - have]
+                if len(extra_signal):
+                    kept.append(select_groups(extra, extra_signal, g))
+                    have += len(extra_signal)
+            if have < n_groups:  # keep the batch shape: fill with groups that carry no signal
+                kept.append(select_groups(dropped, torch.arange(n_groups - have), g))
+            self._metrics["train"]["signal/refill_draws"].append(float(draws))
+            self._metrics["train"]["signal/final_zero_std_fraction"].append(1 - have / n_groups)
+            return concat_batches(kept, self._tokenizer.pad_token_id) if len(kept) > 1 else kept[0]
+
+        # --- SFT anchor -----------------------------------------------------------------------------------------
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if not self.sft_loss_weight or not model.training:
+                return loss
+            sft = self._demonstration_loss(model, max(1, inputs["advantages"].shape[0] // self.num_generations))
+            self._metrics["train"]["signal/sft_loss"].append(sft.item())
+            return loss + self.sft_loss_weight * sft
+
+        def _demonstration_loss(self, model, n: int):
+            """Mean token NLL of ``n`` random demonstrations' completions (the prompt tokens carry no loss)."""
+            chosen = [self.sft_demonstrations[self._demo_rng.randrange(len(self.sft_demonstrations))]
+                      for _ in range(n)]
+            width = max(len(ids) for ids, _ in chosen)
+            pad = self._tokenizer.pad_token_id
+            device = self.accelerator.device
+            input_ids = torch.full((n, width), pad, dtype=torch.long)
+            attention = torch.zeros((n, width), dtype=torch.long)
+            labels = torch.full((n, width), -100, dtype=torch.long)
+            for row, (ids, n_prompt) in enumerate(chosen):
+                input_ids[row, :len(ids)] = torch.tensor(ids)
+                attention[row, :len(ids)] = 1
+                labels[row, n_prompt:len(ids)] = torch.tensor(ids[n_prompt:])
+            out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device))
+            return out.loss
+
+    return SignalGRPOTrainer
+
+
+def select_groups(batch: dict[str, Any], groups, num_generations: int) -> dict[str, Any]:
+    """The generation batch restricted to whole groups (indices of groups, each ``num_generations`` rows)."""
+    import torch
+
+    groups = torch.as_tensor(groups, dtype=torch.long).flatten()
+    rows = (groups.unsqueeze(1) * num_generations + torch.arange(num_generations)).flatten()
+    return select_rows(batch, rows)
+
+
+def check_signal_settings(refill_max_draws: int, select_low: float, select_high: float) -> None:
+    if refill_max_draws < 0:
+        raise ConfigError(f"refill_max_draws must be >= 0 (0 = off), got {refill_max_draws}")
+    if not 0.0 <= select_low <= select_high <= 1.0:
+        raise ConfigError(f"difficulty band must satisfy 0 <= select_pass_rate_low ({select_low}) <= "
+                          f"select_pass_rate_high ({select_high}) <= 1")
+
+
+def log_selection(rates: list[float], kept: int, samples: int, low: float, high: float) -> None:
+    log(f"difficulty selection: {kept} of {len(rates)} prompts have a pass rate in [{low}, {high}] "
+        f"({samples} samples each); histogram {pass_rate_histogram(rates, samples)}")

@@ -1,0 +1,154 @@
+"""Learning from every GRPO step: group selection and re-padding, zero-variance refill on a real trainer, the SFT
+anchor loss, and difficulty selection."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentic_rl.train.signal import (concat_batches, group_has_signal, pass_rate_histogram, select_by_pass_rate,
+                                     select_groups)
+
+
+def _batch(prompt_widths, completion_widths, advantages, pad=0):
+    b = len(prompt_widths)
+    pw, cw = max(prompt_widths), max(completion_widths)
+    prompt_ids = torch.full((b, pw), pad)
+    prompt_mask = torch.zeros((b, pw), dtype=torch.long)
+    completion_ids = torch.full((b, cw), pad)
+    completion_mask = torch.zeros((b, cw), dtype=torch.long)
+    for i, (p, c) in enumerate(zip(prompt_widths, completion_widths)):
+        prompt_ids[i, pw - p:] = 100 + i
+        prompt_mask[i, pw - p:] = 1
+        completion_ids[i, :c] = 200 + i
+        completion_mask[i, :c] = 1
+    return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+            "completion_mask": completion_mask, "advantages": torch.tensor(advantages, dtype=torch.float),
+            "old_per_token_logps": completion_mask.float() * -1.0, "num_items_in_batch": completion_mask.sum()}
+
+
+def test_groups_with_tied_rewards_have_no_signal_and_whole_groups_are_selected():
+    adv = torch.tensor([0.0, 0.0, 1.0, -1.0, 0.0, 0.0])
+    assert group_has_signal(adv, 2).tolist() == [False, True, False]
+    batch = _batch([2, 2, 3, 3, 1, 1], [1, 2, 3, 4, 1, 1], adv.tolist())
+    picked = select_groups(batch, torch.tensor([1]), 2)
+    assert picked["completion_ids"][:, 0].tolist() == [202, 203]
+    assert picked["advantages"].tolist() == [1.0, -1.0]
+
+
+def test_concatenated_batches_keep_left_padded_prompts_and_right_padded_completions():
+    a = _batch([2, 2], [1, 2], [1.0, -1.0])
+    b = _batch([4, 3], [5, 3], [0.5, -0.5], pad=0)
+    out = concat_batches([a, b], pad_token_id=0)
+    assert out["prompt_ids"].shape == (4, 4) and out["completion_ids"].shape == (4, 5)
+    # The short prompts gained pads on the LEFT, the short completions on the RIGHT.
+    assert out["prompt_ids"][0].tolist() == [0, 0, 100, 100]
+    assert out["prompt_mask"][0].tolist() == [0, 0, 1, 1]
+    assert out["completion_ids"][1].tolist() == [201, 201, 0, 0, 0]
+    assert out["old_per_token_logps"][1].tolist() == [-1.0, -1.0, 0.0, 0.0, 0.0]
+    assert out["num_items_in_batch"].item() == 1 + 2 + 5 + 3
+    assert out["advantages"].tolist() == [1.0, -1.0, 0.5, -0.5]
+
+
+def test_difficulty_band_and_histogram():
+    rows = [{"q": i} for i in range(5)]
+    kept = select_by_pass_rate(rows, [0.0, 0.25, 0.5, 1.0, 0.75], 0.1, 0.9)
+    assert [r["q"] for r in kept] == [1, 2, 4] and all(0.1 <= r["pass_rate"] <= 0.9 for r in kept)
+    assert pass_rate_histogram([0.0, 0.25, 0.25, 1.0], 4) == {"0/4": 1, "1/4": 2, "2/4": 0, "3/4": 0, "4/4": 1}
+
+
+# --- a real trainer on the tiny model ---------------------------------------------------------------------------
+
+TIED = "tied"
+
+
+def _reward(completions, question, **_):
+    """Every completion of a 'tied' question scores 0 (no signal); the others alternate 0/1 within the group."""
+    return [0.0 if TIED in q else float(i % 2) for i, q in enumerate(question)]
+
+
+def _trainer(tiny_model_dir, tmp_path, **extra):
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+
+    from agentic_rl.data.formats import build_prompt
+    from agentic_rl.train.signal import make_signal_trainer_class
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    questions = [f"{TIED} {i}" for i in range(4)] + [f"varied {i}" for i in range(4)]
+    ds = datasets.Dataset.from_list([{"question": q, "prompt": build_prompt(q, None), "ground_truth": "1"}
+                                     for q in questions])
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, num_generations=2,
+                      max_completion_length=4, report_to="none", max_steps=1, beta=0.0, logging_steps=1,
+                      save_strategy="no", disable_dropout=True, remove_unused_columns=False)
+    cls = make_signal_trainer_class()
+    return cls(model=model, reward_funcs=[_reward], args=args, train_dataset=ds, processing_class=tok, **extra), ds
+
+
+def test_refill_replaces_tied_groups_with_groups_that_have_signal(tiny_model_dir, tmp_path):
+    trainer, ds = _trainer(tiny_model_dir, tmp_path, refill_max_draws=8)
+    trainer.model.train()
+    tied = [dict(ds[i]) for i in (0, 0, 1, 1)]  # two groups of two, both tied
+    batch = trainer._generate_and_score_completions(tied)
+    assert batch["advantages"].shape == (4,)
+    assert group_has_signal(batch["advantages"], 2).all()
+    metrics = trainer._metrics["train"]
+    assert metrics["signal/dropped_group_fraction"] == [1.0]
+    assert metrics["signal/final_zero_std_fraction"] == [0.0]
+    assert metrics["signal/refill_draws"][0] >= 1
+    assert batch["num_items_in_batch"].item() == batch["completion_mask"].sum().item()
+
+
+def test_without_refill_tied_groups_stay(tiny_model_dir, tmp_path):
+    trainer, ds = _trainer(tiny_model_dir, tmp_path, refill_max_draws=0)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions([dict(ds[i]) for i in (0, 0, 1, 1)])
+    assert not group_has_signal(batch["advantages"], 2).any()
+
+
+def test_refill_gives_up_after_its_draws_and_keeps_the_batch_shape(tiny_model_dir, tmp_path):
+    trainer, ds = _trainer(tiny_model_dir, tmp_path, refill_max_draws=2)
+    trainer.train_dataset = ds.select(range(4))  # only tied questions to draw from
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions([dict(ds[i]) for i in (0, 0, 1, 1)])
+    assert batch["advantages"].shape == (4,)
+    assert trainer._metrics["train"]["signal/refill_draws"] == [2.0]
+    assert trainer._metrics["train"]["signal/final_zero_std_fraction"] == [1.0]
+
+
+def test_sft_anchor_adds_the_weighted_demonstration_loss(tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from agentic_rl.data.formats import build_prompt, completion_message
+    from agentic_rl.train.signal import tokenize_demonstrations
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    demos = tokenize_demonstrations(tok, [{"prompt": build_prompt("2 + 3?", None),
+                                           "completion": completion_message("2 + 3 = 5\nFinal Answer: 5")}], 64)
+    assert len(demos) == 1 and demos[0][1] < len(demos[0][0])
+    trainer, ds = _trainer(tiny_model_dir, tmp_path, sft_loss_weight=0.5, sft_demonstrations=demos)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop; compute_loss reads it
+    batch = trainer._generate_and_score_completions([dict(ds[i]) for i in (4, 4, 5, 5)])
+    with_anchor = trainer.compute_loss(trainer.model, batch).item()
+    trainer.sft_loss_weight = 0.0
+    plain = trainer.compute_loss(trainer.model, batch).item()
+    nll = trainer._metrics["train"]["signal/sft_loss"][0]
+    assert nll > 0
+    assert with_anchor == pytest.approx(plain + 0.5 * nll, rel=1e-5)
+
+
+def test_estimated_pass_rates_of_an_untrained_model_are_zero(tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentic_rl.data.formats import build_prompt
+    from agentic_rl.train.signal import estimate_pass_rates
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    rows = [{"prompt": build_prompt(f"{i} + 1?", None), "ground_truth": str(i + 1)} for i in range(3)]
+    rates = estimate_pass_rates(model, tok, rows, samples=2, temperature=1.0, max_new_tokens=4)
+    assert rates == [0.0, 0.0, 0.0]
