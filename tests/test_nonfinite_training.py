@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import sys
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -66,9 +67,10 @@ def test_finite_logs_and_fp16_overflow_steps_do_not_stop_training():
     guard.on_train_end(_args(), state, control)  # nothing to raise
 
 
-def test_the_weights_are_checked_before_a_save_and_the_error_names_the_last_checkpoint(tmp_path):
+def test_the_weights_are_checked_before_a_save_and_the_error_names_the_last_checkpoint(tmp_path, monkeypatch):
     model = torch.nn.Sequential(torch.nn.Linear(2, 2))
-    (tmp_path / "checkpoint-4").mkdir()
+    # which checkpoints count as complete is utils.last_checkpoint's business (the SFT run below uses a real one)
+    monkeypatch.setattr("agentic_rl.utils.last_checkpoint", lambda path: str(Path(path) / "checkpoint-4"))
     guard, control, state = NonFiniteGuard(), TrainerControl(), SimpleNamespace(global_step=6)
     control.should_save = True
     guard.on_step_end(_args(output_dir=str(tmp_path)), state, control, model=model)
