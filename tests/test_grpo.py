@@ -301,3 +301,40 @@ def test_system_prompt_setting_shapes_sft_grpo_and_held_out_prompts_alike():
         for prompt in [r["prompt"] for r in train] + [r["prompt"] for r in heldout] + [r["prompt"] for r in sft]:
             assert [m["role"] for m in prompt] == roles
             assert (prompt[0]["content"] if system else None) == system
+
+
+def test_learning_signal_options_reach_the_stage(tiny_model_dir, tmp_path):
+    """Refill, difficulty selection and the SFT anchor run inside the stage and are logged; with the accuracy
+    reward an untrained model's groups all tie, so every first draw is dropped and refills are drawn."""
+    from agentic_rl.train.grpo import run
+
+    out = tmp_path / "signal"
+    result = run(_config(tiny_model_dir, out, rewards=["accuracy:1.0"], refill_max_draws=2, select_samples=2,
+                         select_candidates=6, select_pass_rate_low=0.0, sft_loss_weight=0.5))
+    selection = json.loads((out / "difficulty.json").read_text())
+    assert selection["candidates"] == 6 and selection["kept"] == 6 and selection["histogram"]["0/2"] == 6
+    assert result["difficulty_selection"] == selection
+    rows = [r for r in _rows(out / "metrics.jsonl") if "grpo/reward" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["grpo/signal/dropped_group_fraction"] == 1.0
+        assert row["grpo/signal/refill_draws"] == 2.0  # nothing to find: gives up after its draws
+        assert row["grpo/signal/sft_loss"] > 0
+
+
+def test_difficulty_selection_that_keeps_nothing_fails_before_the_run_directory_is_touched(tiny_model_dir, tmp_path):
+    from agentic_rl.train.grpo import run
+
+    out = tmp_path / "nothing"
+    with pytest.raises(ConfigError, match=r"kept none of 4 prompts \(correct samples per prompt: \{'0/2': 4"):
+        run(_config(tiny_model_dir, out, rewards=["accuracy:1.0"], select_samples=2, select_candidates=4))
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_learning_signal_settings_are_range_checked():
+    with pytest.raises(ConfigError, match="select_pass_rate_low"):
+        GRPOConfig(model="m", select_pass_rate_low=0.8, select_pass_rate_high=0.2)
+    with pytest.raises(ConfigError, match="refill_max_draws must be >= 0"):
+        GRPOConfig(model="m", refill_max_draws=-1)
+    with pytest.raises(ConfigError, match="sft_loss_weight must be >= 0"):
+        GRPOConfig(model="m", sft_loss_weight=-0.1)

@@ -41,6 +41,34 @@ def test_smoke_ladder_writes_everything_into_one_run_directory(smoke_run):
     assert "| base |" in report and "| sft |" in report and "| grpo |" in report
 
 
+def test_the_control_gets_grpo_wall_time_in_sft_steps_and_is_compared_paired(smoke_run):
+    out, _ = smoke_run
+    on_disk = json.loads((out / "summary.json").read_text())
+    stages = on_disk["stages"]
+    budget = stages["sft_continued"]["budget"]
+    history = json.loads((out / "sft" / "log_history.json").read_text())
+    final = [h for h in history if "train_runtime" in h][-1]
+    seconds_per_step = final["train_runtime"] / final["step"]
+    assert budget["grpo_wall_time_s"] == stages["grpo"]["wall_time_s"]
+    assert budget["steps"] == max(1, round(stages["grpo"]["wall_time_s"] / seconds_per_step))
+    control_run = json.loads((out / "sft_continued" / "metrics.json").read_text())
+    assert control_run["global_step"] == budget["steps"]
+    # It continued the SFT model (not the base, not GRPO's output).
+    import yaml
+
+    assert yaml.safe_load((out / "sft_continued" / "config.yaml").read_text())["model"] == stages["sft"]["model_dir"]
+    for mode, suffix in (("greedy", ""), ("sampled", "-sampled")):
+        grpo = [json.loads(line) for line in (out / "eval" / f"grpo{suffix}" / "predictions.jsonl").open()]
+        control = [json.loads(line) for line in (out / "eval" / f"sft_continued{suffix}" / "predictions.jsonl").open()]
+        assert {r["question"] for r in grpo} == {r["question"] for r in control}
+        expected = (sum(r["correct_strict"] for r in grpo) - sum(r["correct_strict"] for r in control)) / len(grpo)
+        assert on_disk["control"][mode]["difference"] == pytest.approx(expected)
+    assert stages["grpo"]["sampled"]["samples"] == 2 and "pass@2" in stages["grpo"]["sampled"]
+    report = (out / "report.md").read_text()
+    assert "| sft_continued |" in report and "## GRPO vs the compute-matched control" in report
+    assert "sampled pass@1" in report
+
+
 def test_the_pipeline_system_prompt_reaches_sft_grpo_and_every_evaluation(smoke_run):
     import yaml
 

@@ -38,7 +38,9 @@ from agentic_rl.runs import (check_run_name, create_run_root, delete_run_dir, de
                              settings_of, stage_settings_mismatch, stored_settings)
 from agentic_rl.utils import log, read_json, warn, write_json
 
-STAGES = ["pretrain", "sft", "grpo", "export"]
+STAGES = ["pretrain", "sft", "grpo", "sft_continued", "export"]
+#: The ladder without the compute-matched control (which costs as much as GRPO): what a pipeline runs by default.
+DEFAULT_STAGES = ["pretrain", "sft", "grpo", "export"]
 EMBEDDED = "embedded"
 
 
@@ -55,14 +57,21 @@ class PipelineConfig:
     system_prompt: str | None = field(default=None, metadata={
         "help": "system message of every prompt in SFT, GRPO and evaluation: unset = the standard instruction, "
                 "'' = none (the embedded preset: shorter prompts for the tiny model), or your own text"})
-    stages: list[str] = field(default_factory=lambda: list(STAGES), metadata={
-        "help": f"stages to run, in ladder order (any of {', '.join(STAGES)})"})
+    stages: list[str] = field(default_factory=lambda: list(DEFAULT_STAGES), metadata={
+        "help": f"stages to run, in ladder order (any of {', '.join(STAGES)}; sft_continued is the compute-matched "
+                "control: SFT continued from GRPO's starting model for GRPO's wall time)"})
     evaluate_stages: bool = field(default=True, metadata={"help": "evaluate base, SFT and GRPO models on held-out data"})
     fresh: bool = field(default=False, metadata={"help": "delete the run directory and start over"})
     pretrain: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for the pretrain stage"})
     sft: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for the SFT stage"})
     grpo: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for the GRPO stage"})
+    sft_continued: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "settings for the control stage: the sft section's settings, then these (a max_steps here fixes the "
+                "step count; otherwise it is GRPO's wall time / the SFT stage's seconds per step)"})
     eval: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for evaluation"})
+    sampled_eval: int = field(default=0, metadata={
+        "help": "also evaluate SFT, GRPO and the control with this many samples per problem at GRPO's temperature "
+                "(pass@1, pass@k); 0 = greedy evaluation only"})
 
     def __post_init__(self) -> None:
         check_run_name(self.name)
@@ -74,6 +83,11 @@ class PipelineConfig:
                               "or drop 'pretrain' from stages to start from an existing model")
         if self.eval_samples < 1:
             raise ConfigError("eval_samples must be >= 1")
+        if "sft_continued" in self.stages and "grpo" not in self.stages:
+            raise ConfigError("stage 'sft_continued' is GRPO's compute-matched control: it needs 'grpo' in stages "
+                              "(its budget is GRPO's wall time)")
+        if self.sampled_eval < 0:
+            raise ConfigError(f"sampled_eval must be >= 0 (0 = off), got {self.sampled_eval}")
 
 
 @dataclass
@@ -141,21 +155,34 @@ def _run_stage(name: str, out: Path, fn: Callable[[], dict[str, Any]], summary: 
     return result
 
 
-def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, summary: dict[str, Any]) -> dict:
+def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, summary: dict[str, Any],
+              sample_temperature: float | None = None) -> dict:
+    """Greedy held-out evaluation into ``eval/<label>/``; with ``sample_temperature``, the sampled evaluation
+    (``sampled_eval`` samples per problem) into ``eval/<label>-sampled/`` and ``stages.<label>.sampled``."""
     from agentic_rl.eval.evaluate import EvalConfig
     from agentic_rl.eval.evaluate import run as run_eval
 
-    out = root / "eval" / label
+    sampled = sample_temperature is not None
+    out = root / "eval" / (f"{label}-sampled" if sampled else label)
     defaults = {"models": [model_dir], "dataset": config.dataset, "split": "test", "system_prompt": config.system_prompt,
                 "max_samples": config.eval_samples, "seed": config.seed, "output_dir": str(out)}
-    eval_config = _stage_config(EvalConfig, config.eval, defaults, where=f"{config.name}: eval")
+    section = dict(config.eval)
+    if sampled:
+        section.update(num_samples=config.sampled_eval, temperature=sample_temperature, pass_at_k=[])
+    eval_config = _stage_config(EvalConfig, section, defaults, where=f"{config.name}: eval")
 
     def go() -> dict[str, Any]:
         metrics = run_eval(eval_config)["models"][model_dir]
         return {"metrics": {k: v for k, v in metrics.items() if k != "predictions"}}
 
-    result = _run_stage(f"eval {label}", out, go, settings=eval_config)
+    result = _run_stage(f"eval {out.name}", out, go, settings=eval_config)
     metrics = result["metrics"]
+    if sampled:
+        summary["stages"].setdefault(label, {})["sampled"] = {
+            "temperature": sample_temperature, "samples": config.sampled_eval,
+            **{k: v for k, v in metrics.items() if k.startswith("pass@")},
+            "eval_wall_time_s": result.get("wall_time_s")}
+        return result
     summary["stages"].setdefault(label, {}).update({
         "metrics": metrics, "accuracy": metrics.get("accuracy_strict"),
         "accuracy_lenient": metrics.get("accuracy_lenient"), "format_rate": metrics.get("format_rate"),
@@ -179,7 +206,7 @@ def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
     root = root if root is not None else Path("runs") / config.name
     for name in _train_stages(config):
         cls = _stage_class(name)
-        section = getattr(config, name)
+        section = _section(config, name)
         check_keys(cls, section, where=f"{config.name}: {name}")
         _stage_config(cls, section, _train_defaults(config, name, config.model, root / name),
                       where=f"{config.name}: {name}")
@@ -190,7 +217,14 @@ def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
 
 
 def _train_stages(config: PipelineConfig) -> list[str]:
-    return [name for name in ("pretrain", "sft", "grpo") if name in config.stages]
+    return [name for name in ("pretrain", "sft", "grpo", "sft_continued") if name in config.stages]
+
+
+def _section(config: PipelineConfig, name: str) -> dict[str, Any]:
+    """A training stage's settings from the YAML; the control continues SFT, so it starts from the sft section."""
+    if name == "sft_continued":
+        return {**config.sft, **config.sft_continued}
+    return getattr(config, name)
 
 
 def _stage_class(name: str) -> type:
@@ -198,7 +232,7 @@ def _stage_class(name: str) -> type:
         from agentic_rl.train.pretrain import PretrainConfig
 
         return PretrainConfig
-    if name == "sft":
+    if name in ("sft", "sft_continued"):
         from agentic_rl.train.sft import SFTConfig
 
         return SFTConfig
@@ -253,6 +287,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     # --- 2. SFT, then 3. GRPO: each trains on the previous stage's model and is evaluated on the same problems ------
     from agentic_rl.train import grpo, sft
 
+    grpo_start, grpo_result, sample_temperature = model_dir, None, None
     for name, module, cls, section in (("sft", sft, sft.SFTConfig, config.sft),
                                        ("grpo", grpo, grpo.GRPOConfig, config.grpo)):
         if name not in config.stages:
@@ -262,11 +297,28 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
         values = _resume_interrupted(name, out, {**_train_defaults(config, name, model_dir, out), **section}, cls,
                                      where)
         cfg = _stage_config(cls, values, {}, where=where)
+        if name == "grpo":
+            grpo_start, sample_temperature = model_dir, cfg.temperature
         result = _run_stage(name, out, lambda: _jsonable(module.run(cfg)), summary, settings=cfg)
+        grpo_result = result if name == "grpo" else grpo_result
         model_dir = result["model_dir"]
         stage_models[name] = model_dir
         if config.evaluate_stages:
             _evaluate(name, model_dir, config, root, summary)
+
+    # --- 3b. the compute-matched control: SFT continued from GRPO's start for GRPO's wall time ---------------------
+    if "sft_continued" in config.stages:
+        control_dir = _run_control(config, root, grpo_start, grpo_result["wall_time_s"], summary)
+        stage_models["sft_continued"] = control_dir
+        if config.evaluate_stages:
+            _evaluate("sft_continued", control_dir, config, root, summary)
+    if config.evaluate_stages and config.sampled_eval:
+        if sample_temperature is None:  # no GRPO stage here: sample at the temperature it would have trained at
+            sample_temperature = _stage_config(grpo.GRPOConfig, {**_train_defaults(config, "grpo", model_dir, root),
+                                                                 **config.grpo}, {}, where=config.name).temperature
+        for label in ("sft", "grpo", "sft_continued"):
+            if label in stage_models:
+                _evaluate(label, stage_models[label], config, root, summary, sample_temperature=sample_temperature)
 
     # --- 4. export -----------------------------------------------------------------------------------------------
     if "export" in config.stages:
@@ -281,16 +333,56 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     # --- 5. report -----------------------------------------------------------------------------------------------
     summary["total_wall_time_s"] = round(time.time() - started, 1)
     summary["models"] = stage_models
+    from agentic_rl.report import control_comparison, write_pipeline_report
+
+    control = control_comparison(root, summary)
+    if control:
+        summary["control"] = control
     save_config(config, root / "config.yaml")  # every stage agreed with these settings
     write_json(root / "summary.json", summary)
-    from agentic_rl.report import write_pipeline_report
-
     report = write_pipeline_report(root, summary)
     log(f"report: {report}")
     log("held-out accuracy by stage: " + ", ".join(
         f"{name} {stage['accuracy']:.1%}" for name, stage in summary["stages"].items()
         if isinstance(stage.get("accuracy"), (int, float))))
     return summary
+
+
+def _sft_seconds_per_step(candidates: list[Path]) -> float:
+    """Seconds per optimizer step of an SFT run, from the first candidate folder holding its log history."""
+    for folder in candidates:
+        path = folder / "log_history.json"
+        if path.is_file():
+            final = [h for h in read_json(path) if "train_runtime" in h and h.get("step")]
+            if final:
+                return final[-1]["train_runtime"] / final[-1]["step"]
+    raise ConfigError("sft_continued: no SFT timing to size the control by (looked for log_history.json in "
+                      f"{', '.join(str(c) for c in candidates)}); run the sft stage in this pipeline, or set "
+                      "sft_continued.max_steps")
+
+
+def _run_control(config: PipelineConfig, root: Path, start_model: str, grpo_seconds: float,
+                 summary: dict[str, Any]) -> str:
+    """SFT continued from GRPO's starting model, on the sft section's data and settings, for as many steps as fit
+    in GRPO's wall time at the SFT stage's speed (the control's own loading and saving come on top: the control
+    never gets less compute than GRPO). Returns the control's model directory."""
+    from agentic_rl.train import sft
+
+    out = root / "sft_continued"
+    where = f"{config.name}: sft_continued"
+    values = {**_train_defaults(config, "sft_continued", start_model, out), **_section(config, "sft_continued")}
+    budget: dict[str, Any] = {"grpo_wall_time_s": grpo_seconds}
+    if "max_steps" not in config.sft_continued:
+        seconds = _sft_seconds_per_step([root / "sft", Path(start_model).parent])
+        values["max_steps"] = max(1, round(grpo_seconds / seconds))
+        budget["sft_seconds_per_step"] = round(seconds, 4)
+    values = _resume_interrupted("sft_continued", out, values, sft.SFTConfig, where)
+    cfg = _stage_config(sft.SFTConfig, values, {}, where=where)
+    budget["steps"] = cfg.max_steps
+    log(f"stage sft_continued: {cfg.max_steps} SFT steps from {start_model} (GRPO took {grpo_seconds:.0f}s)")
+    result = _run_stage("sft_continued", out, lambda: _jsonable(sft.run(cfg)), summary, settings=cfg)
+    summary["stages"]["sft_continued"]["budget"] = budget
+    return result["model_dir"]
 
 
 def _jsonable(result: Any) -> dict[str, Any]:

@@ -91,6 +91,50 @@ def plot_training_curves(root: Path) -> list[Path]:
     return written
 
 
+def _interval(metrics: dict[str, Any]) -> str:
+    """95 % Wilson interval of a stage's greedy accuracy, in percent."""
+    from agentic_rl.eval.compare import wilson_interval
+
+    acc, n = metrics.get("accuracy_strict"), metrics.get("num_prompts")
+    if not isinstance(acc, (int, float)) or not n:
+        return "–"
+    low, high = wilson_interval(acc * n, n)
+    return f"{100 * low:.1f}–{100 * high:.1f} %"
+
+
+def control_comparison(root: Path, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """GRPO against its compute-matched control, paired over the same problems: per mode (greedy, sampled) both
+    scores, the difference with its 95 % bootstrap interval and, greedy, the discordant counts and McNemar's p.
+    None unless both stages were evaluated."""
+    stages = summary["stages"]
+    if "metrics" not in stages.get("grpo", {}) or "metrics" not in stages.get("sft_continued", {}):
+        return None
+    from agentic_rl.eval.compare import compare_runs
+
+    result = compare_runs([root], "grpo", "sft_continued", samples=4000)
+    return {mode: {**block["rows"][0], "ci95": block["ci95"]} for mode, block in result["modes"].items()}
+
+
+def _control_section(summary: dict[str, Any]) -> list[str]:
+    control = summary.get("control")
+    if not control:
+        return []
+    stage = summary["stages"]["sft_continued"]
+    budget = stage.get("budget", {})
+    lines = ["## GRPO vs the compute-matched control", "",
+             f"The control continues SFT from GRPO's starting model for {budget.get('steps', '?')} steps, sized to "
+             f"GRPO's wall time ({budget.get('grpo_wall_time_s', float('nan')):.0f} s; the control took "
+             f"{stage.get('wall_time_s', float('nan')):.0f} s). Differences are paired over the same problems, "
+             "with a 95 % bootstrap interval.", ""]
+    for mode, row in control.items():
+        low, high = row["ci95"]
+        extra = (f"; solved only by GRPO {row['only_treatment']}, only by the control {row['only_control']} "
+                 f"(McNemar p = {row['mcnemar_p']:.3g})" if "mcnemar_p" in row else "")
+        lines.append(f"- {mode}: GRPO {row['treatment']:.1%} vs control {row['control']:.1%}: "
+                     f"{100 * row['difference']:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}]{extra}")
+    return lines + [""]
+
+
 def write_pipeline_report(root: Path, summary: dict[str, Any]) -> Path:
     root = Path(root)
     lines = [f"# agentic-rl run: {summary.get('name', root.name)}", "",
@@ -99,18 +143,25 @@ def write_pipeline_report(root: Path, summary: dict[str, Any]) -> Path:
     if evaluated:
         first = next(iter(evaluated.values()))["metrics"]
         n = first.get("num_prompts", "?")
+        sampled = any("sampled" in stage for stage in evaluated.values())
         lines += [f"## Held-out comparison ({n} problems, greedy)", "",
-                  "| stage | " + " | ".join(title for title, _, _ in TABLE_COLUMNS) + " | errors (calc / underst. / "
-                  "format / reasoning) |",
-                  "|---" * (len(TABLE_COLUMNS) + 2) + "|"]
+                  "| stage | " + " | ".join(title for title, _, _ in TABLE_COLUMNS) + " | 95 % interval |"
+                  + (" sampled pass@1 |" if sampled else "") + " errors (calc / underst. / format / reasoning) |",
+                  "|---" * (len(TABLE_COLUMNS) + 3 + sampled) + "|"]
         for name, stage in evaluated.items():
             metrics = stage["metrics"]
             counts = [((metrics.get("errors") or {}).get("counts") or {}).get(c, 0)
                       for c in ("calculation", "understanding", "format", "reasoning")]
+            extra = f" {_fmt((stage.get('sampled') or {}).get('pass@1'), '{:.1%}')} |" if sampled else ""
             lines.append(f"| {name} | " + " | ".join(_fmt(metrics.get(key), pattern)
                                                       for _, key, pattern in TABLE_COLUMNS)
-                         + " | " + " / ".join(str(c) for c in counts) + " |")
+                         + f" | {_interval(metrics)} |{extra} " + " / ".join(str(c) for c in counts) + " |")
         lines.append("")
+        if sampled:
+            first_sampled = next(s["sampled"] for s in evaluated.values() if "sampled" in s)
+            lines += [f"Sampled pass@1: {first_sampled['samples']} samples per problem at temperature "
+                      f"{first_sampled['temperature']} (GRPO's training temperature).", ""]
+        lines += _control_section(summary)
     timing = [(name, stage.get("wall_time_s")) for name, stage in summary["stages"].items()
               if stage.get("wall_time_s") is not None]
     if timing:

@@ -60,6 +60,10 @@ Metrics (TRL's raw name -> ours; anything else TRL logs appears as ``grpo/<raw n
     train/loss, train/grad_norm,           loss, grad_norm,             optimizer quantities
     train/learning_rate                    learning_rate
     perf/step_time_s                       step_time                    wall time of one optimizer step
+    grpo/signal/dropped_group_fraction     (ours, refill_max_draws)     groups of the first draw whose rewards tie
+    grpo/signal/refill_draws               (ours)                       extra generation rounds to replace them
+    grpo/signal/final_zero_std_fraction    (ours)                       groups without signal left in the batch
+    grpo/signal/sft_loss                   (ours, sft_loss_weight)      demonstrations' NLL added to the loss
     eval/accuracy, eval/format_rate,       (ours)                       greedy held-out evaluation every N steps
     eval/avg_tokens, eval/avg_reward                                    (strict accuracy, as the final evaluation)
     =====================================  ===========================  =============================================
@@ -84,6 +88,7 @@ from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, format_co
 from agentic_rl.errors import ConfigError
 from agentic_rl.models.fingerprint import weights_fingerprint, write_base_fingerprint
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.train.signal import check_signal_settings
 from agentic_rl.utils import append_jsonl, has_gpu, log, read_jsonl, set_seed, supports_bf16, write_json
 
 SYNTHETIC_TEST_GUARD = 2000
@@ -177,6 +182,17 @@ class GRPOConfig:
     trl_args: dict[str, Any] = setting({}, "YAML mapping of any other TRL GRPOConfig field, passed through as is "
                                   "(names are checked)")
 
+    # --- learning signal (train/signal.py) ------------------------------------------------------------------------
+    refill_max_draws: int = setting(0, "zero-variance groups (all rewards tie, no signal): extra generation rounds per "
+                                  "batch that replace them with groups that have signal (0 = off, as TRL)")
+    select_samples: int = setting(0, "difficulty selection: samples per training prompt from the starting model, at "
+                                "the training temperature, to estimate its pass rate (0 = off)")
+    select_candidates: int | None = setting(None, "difficulty selection: estimate at most this many training prompts "
+                                            "(default: all)")
+    select_pass_rate_low: float = setting(0.1, "difficulty selection: keep prompts whose pass rate is at least this")
+    select_pass_rate_high: float = setting(0.9, "difficulty selection: keep prompts whose pass rate is at most this")
+    sft_loss_weight: float = setting(0.0, "weight of the demonstrations' SFT loss added to the GRPO loss (0 = off)")
+
     # --- monitoring -----------------------------------------------------------------------------------------------
     report_to: list[str] = setting(["tensorboard"], "metric backends: tensorboard, wandb (or none)")
     logging_steps: int = setting(1, "log metrics every N optimizer steps")
@@ -267,6 +283,12 @@ class GRPOConfig:
             raise ConfigError(f"report_to: unknown backend {bad[0]!r}; use tensorboard, wandb or none")
         if self.use_vllm and not has_gpu():
             raise ConfigError("use_vllm needs a CUDA GPU; drop --use-vllm on CPU")
+        check_signal_settings(self.refill_max_draws, self.select_pass_rate_low, self.select_pass_rate_high)
+        for name in ("select_samples", "sft_loss_weight"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0 (0 = off), got {getattr(self, name)}")
+        if self.select_candidates is not None and self.select_candidates < 1:
+            raise ConfigError(f"select_candidates must be >= 1 (or unset for all), got {self.select_candidates}")
         _check_trl_args(self.trl_args)
 
 
@@ -374,6 +396,46 @@ def load_data(config: GRPOConfig):
     import datasets
 
     return datasets.Dataset.from_list(rows), heldout
+
+
+def select_training_prompts(model, tokenizer, train, config: GRPOConfig):
+    """Difficulty selection: the training prompts whose pass rate, estimated from ``select_samples`` samples of the
+    starting policy at the training temperature, lies in the band; returns ``(dataset, record)`` where the record
+    (written to ``difficulty.json``) holds the band, the counts and the histogram of estimated pass rates."""
+    import datasets
+
+    from agentic_rl.train.signal import estimate_pass_rates, log_selection, pass_rate_histogram, select_by_pass_rate
+
+    started = time.time()
+    rows = train.to_list()[: config.select_candidates or None]
+    low, high = config.select_pass_rate_low, config.select_pass_rate_high
+    rates = estimate_pass_rates(model, tokenizer, rows, samples=config.select_samples, temperature=config.temperature,
+                                max_new_tokens=config.max_completion_length, seed=config.seed)
+    kept = select_by_pass_rate(rows, rates, low, high)
+    log_selection(rates, len(kept), config.select_samples, low, high)
+    histogram = pass_rate_histogram(rates, config.select_samples)
+    if not kept:
+        raise ConfigError(f"difficulty selection kept none of {len(rows)} prompts (correct samples per prompt: "
+                          f"{histogram}); widen select_pass_rate_low/high, raise select_candidates or "
+                          "select_samples, or set select_samples: 0")
+    record = {"candidates": len(rows), "kept": len(kept), "band": [low, high], "samples": config.select_samples,
+              "histogram": histogram, "seconds": round(time.time() - started, 1)}
+    return datasets.Dataset.from_list(kept), record
+
+
+def demonstrations_for(train, tokenizer, config: GRPOConfig) -> list[tuple[list[int], int]]:
+    """The training prompts' reference solutions as SFT demonstrations (steps first, then ``Final Answer: N``),
+    tokenized for the SFT anchor loss."""
+    from agentic_rl.data.custom import parse_answer_text
+    from agentic_rl.data.formats import completion_message, format_solution
+    from agentic_rl.train.signal import tokenize_demonstrations
+
+    rows = []
+    for row in train:
+        steps, _ = parse_answer_text(str(row.get("full_answer") or ""))
+        rows.append({"prompt": row["prompt"],
+                     "completion": completion_message(format_solution(steps, str(row["ground_truth"])))})
+    return tokenize_demonstrations(tokenizer, rows, max_length=1024)
 
 
 def build_reward_functions(specs: list[str]):
@@ -682,20 +744,25 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     model, tokenizer, base_dir = load_policy(config, out)
     train, heldout = load_data(config)
     funcs, weights, reward_names = build_reward_functions(config.rewards)
+    demonstrations = demonstrations_for(train, tokenizer, config) if config.sft_loss_weight else None
+    selection = None
+    if config.select_samples:
+        train, selection = select_training_prompts(model, tokenizer, train, config)
 
     # --- only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded
     # (an earlier run's base/ may come from another adapter, its best/ from other settings)
     claim_stage_dir(out, config, stage="grpo", stale=GRPO_OUTPUTS, resuming=checkpoint is not None)
     save_config(config, out / "config.yaml")
     save_start(model, tokenizer, base_dir, out)
+    if selection is not None:
+        write_json(out / "difficulty.json", selection)
     start_fingerprint = weights_fingerprint(model)
     log(f"GRPO: {len(train)} training prompts, rewards {dict(zip(reward_names, weights))}, "
         f"{'full fine-tuning' if config.full else f'LoRA r={config.lora_r}'}, beta={config.beta}")
 
     # --- trainer ---------------------------------------------------------------------------------------------------
-    from trl import GRPOTrainer
-
     from agentic_rl.models.loading import count_parameters
+    from agentic_rl.train.signal import make_signal_trainer_class
     from agentic_rl.train.monitoring import resolve_report_to  # checks the packages; wandb offline without a key
 
     backends = [b for b in resolve_report_to(list(config.report_to), out) if b != "none"]
@@ -709,9 +776,11 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         best = read_json(out / "best" / "best.json")
         state.update(best_score=best.get(config.best_metric, best["accuracy"]), best_step=best["step"])
     monitor = _make_callback(config, out, logger, rules, heldout, tokenizer, state)
-    trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=trl_arguments(config, out, weights),
-                          train_dataset=train, processing_class=tokenizer, peft_config=peft_config_for(config),
-                          callbacks=[monitor, *(callbacks or [])])
+    trainer = make_signal_trainer_class()(
+        model=model, reward_funcs=funcs, args=trl_arguments(config, out, weights), train_dataset=train,
+        processing_class=tokenizer, peft_config=peft_config_for(config), callbacks=[monitor, *(callbacks or [])],
+        refill_max_draws=config.refill_max_draws, sft_loss_weight=config.sft_loss_weight,
+        sft_demonstrations=demonstrations, seed=config.seed)
     monitor.trainer = trainer
     trainable_names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     (out / "trainable_parameters.txt").write_text("\n".join(trainable_names) + "\n")
@@ -755,6 +824,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         "warnings": rules.warnings,
         "trainable_parameters": trainable,
         "resumed_from": checkpoint,
+        "difficulty_selection": selection,
         "steps": trainer.state.global_step,
         "wall_time_s": round(time.time() - started, 1),
     }
