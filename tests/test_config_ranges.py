@@ -94,6 +94,7 @@ RANGE_CASES = [
     ("grpo", "completions_per_log", 0), ("grpo", "max_train_samples", 0), ("grpo", "steps_per_generation", 0),
     ("grpo", "generation_batch_size", 0), ("grpo", "save_total_limit", 0), ("grpo", "seed", -1),
     ("grpo", "temperature", 0.0), ("grpo", "max_steps", 0), ("grpo", "kl_warmup_steps", -1),
+    ("grpo", "select_samples", -1), ("grpo", "sft_loss_weight", -0.5), ("grpo", "select_candidates", 0),
     ("eval", "temperature", -1.0), ("eval", "top_p", 0.0), ("eval", "top_p", 1.5), ("eval", "num_examples", -1),
     ("eval", "max_new_tokens", 0), ("eval", "batch_size", 0), ("eval", "seed", -1), ("eval", "num_samples", 0),
     ("agent-sft", "learning_rate", 0.0), ("agent-sft", "epochs", 0.0), ("agent-sft", "batch_size", 0),

@@ -284,11 +284,8 @@ class GRPOConfig:
         if self.use_vllm and not has_gpu():
             raise ConfigError("use_vllm needs a CUDA GPU; drop --use-vllm on CPU")
         check_signal_settings(self.refill_max_draws, self.select_pass_rate_low, self.select_pass_rate_high)
-        for name in ("select_samples", "sft_loss_weight"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0 (0 = off), got {getattr(self, name)}")
-        if self.select_candidates is not None and self.select_candidates < 1:
-            raise ConfigError(f"select_candidates must be >= 1 (or unset for all), got {self.select_candidates}")
+        check_range(self, ("select_samples", "sft_loss_weight"), 0)  # 0: off
+        check_range(self, "select_candidates", 1)
         _check_trl_args(self.trl_args)
 
 
