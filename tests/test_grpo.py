@@ -336,5 +336,5 @@ def test_learning_signal_settings_are_range_checked():
         GRPOConfig(model="m", select_pass_rate_low=0.8, select_pass_rate_high=0.2)
     with pytest.raises(ConfigError, match="refill_max_draws must be >= 0"):
         GRPOConfig(model="m", refill_max_draws=-1)
-    with pytest.raises(ConfigError, match="sft_loss_weight must be >= 0"):
+    with pytest.raises(ConfigError, match=r"sft_loss_weight must be >= 0, got -0.1"):
         GRPOConfig(model="m", sft_loss_weight=-0.1)

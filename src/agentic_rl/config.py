@@ -7,7 +7,10 @@ Every stage module defines a ``@dataclass`` config whose fields carry a ``help``
   wrong type is a :class:`ConfigError` that names the key (a silently ignored setting is the worst defect a
   training tool can have);
 * ``add_config_arguments(parser, Config)`` — one ``--flag`` per field, with the field's help;
-* ``config_to_dict`` / ``save_config`` — the resolved config, written into every run directory.
+* ``config_to_dict`` / ``save_config`` — the resolved config, written into every run directory;
+* ``check_range(config, name, low, high, ...)`` — the one range check every stage config's ``__post_init__`` uses
+  (a value outside its range, or NaN/inf, is a one-line :class:`ConfigError` naming the field). Non-finite numbers
+  are already rejected for every float setting when YAML or flags are read.
 
 Field metadata understood here: ``help`` (required for a good ``--help``), ``flag`` (the CLI name when it differs
 from the field name, e.g. ``reward`` for a ``rewards`` list), ``positional`` (a positional CLI argument),
@@ -20,6 +23,7 @@ import argparse
 import dataclasses
 import difflib
 import json
+import math
 import types
 import typing
 from pathlib import Path
@@ -97,14 +101,22 @@ def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
     if inner is float:
         if isinstance(value, bool):
             raise ConfigError(f"config key '{key}' must be a number, got {value!r}")
+        number: float | None = None
         if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):  # YAML reads "1e-5" as a string; accept plain numeric strings everywhere
             try:
-                return float(value)
+                number = float(value)
+            except OverflowError:  # an integer too large for a float
+                number = math.inf
+        elif isinstance(value, str):  # YAML reads "1e-5" as a string; accept plain numeric strings everywhere
+            try:
+                number = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"config key '{key}' must be a number, got {value!r}")
+        if number is None:
+            raise ConfigError(f"config key '{key}' must be a number, got {value!r}")
+        if not math.isfinite(number):  # YAML .nan/.inf, "nan", "inf", 1e999: no setting means anything with them
+            raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
+        return number
     if inner is str:
         if isinstance(value, str):
             return value
@@ -150,6 +162,46 @@ def setting(default: Any, help: str, **extra: Any) -> Any:
     else:
         kwargs["default"] = default
     return dataclasses.field(**kwargs)
+
+
+def check_range(config: Any, names: str | tuple[str, ...], low: float | None = None, high: float | None = None, *,
+                low_open: bool = False, high_open: bool = False, also: tuple[Any, ...] = (), meaning: str = "") -> None:
+    """Raise a one-line :class:`ConfigError` unless each ``config.<name>`` is a finite number in the range.
+
+    The range is ``[low, high]``; ``low_open`` / ``high_open`` exclude an end, ``None`` leaves a side open.
+    ``also`` lists special values that are allowed outside it (``-1`` for "use epochs"), with ``meaning`` saying
+    what they mean. Unset (``None``) values are not checked: they mean "the default" wherever a field allows them.
+    Called from each stage config's ``__post_init__``, so a config built in Python is checked as well as YAML and
+    flags::
+
+        check_range(self, "learning_rate", 0, low_open=True)                 # > 0
+        check_range(self, "warmup_ratio", 0, 1)                              # in [0, 1]
+        check_range(self, ("batch_size", "grad_accum"), 1)                   # >= 1
+        check_range(self, "max_steps", 1, also=(-1,), meaning="-1: train for `epochs`")
+    """
+    for name in (names,) if isinstance(names, str) else names:
+        value = getattr(config, name)
+        if value is None or (value in also and not isinstance(value, bool)):
+            continue
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and low is not None:
+            ok = value > low if low_open else value >= low
+        if ok and high is not None:
+            ok = value < high if high_open else value <= high
+        if not ok:
+            if low is not None and high is not None:
+                wanted = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            elif low is not None:
+                wanted = f"{'>' if low_open else '>='} {low:g}"
+            elif high is not None:
+                wanted = f"{'<' if high_open else '<='} {high:g}"
+            else:
+                wanted = "a finite number"
+            special = f" (or {meaning})" if meaning else (f" (or {', '.join(map(str, also))})" if also else "")
+            raise ConfigError(f"{name} must be {wanted}{special}, got {value!r}")
+
+
+SEED_RANGE = (0, 2**32 - 1)  # numpy's (transformers' set_seed seeds numpy with the value as is)
 
 
 def import_object(spec: str, what: str) -> Any:

@@ -15,3 +15,11 @@ class DataError(AgenticRLError):
 
 class ModelLoadError(AgenticRLError):
     """Weights or tokenizer that cannot be loaded (unreachable hub, missing directory, no chat template)."""
+
+
+class RewardError(AgenticRLError):
+    """A reward function that raised or returned something other than one finite number (or None) per completion."""
+
+
+class TrainingError(AgenticRLError):
+    """Training that cannot go on: the loss, the gradients or the weights became non-finite (NaN or inf)."""

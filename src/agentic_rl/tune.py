@@ -64,7 +64,7 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from agentic_rl.config import config_from_dict, config_to_dict, read_yaml
+from agentic_rl.config import SEED_RANGE, check_range, config_from_dict, config_to_dict, read_yaml
 from agentic_rl.errors import ConfigError
 from agentic_rl.utils import free_memory, log, run_dir, warn, write_json
 
@@ -116,14 +116,10 @@ class TuneConfig:
         "help": "keep every trial's weights in trials/<n>/ (default: only configs, metrics and logs are kept)"})
 
     def __post_init__(self) -> None:
-        if self.trials is not None and self.trials < 1:
-            raise ConfigError(f"trials must be >= 1, got {self.trials}")
-        if self.budget_steps is not None and self.budget_steps < 1:
-            raise ConfigError(f"budget_steps must be >= 1, got {self.budget_steps}")
-        if self.eval_samples < 1 or self.prune_samples < 1:
-            raise ConfigError("eval_samples and prune_samples must be >= 1")
-        if self.prune_every is not None and self.prune_every < 1:
-            raise ConfigError(f"prune_every must be >= 1, got {self.prune_every}")
+        check_range(self, ("trials", "budget_steps", "eval_samples", "prune_samples", "prune_every",
+                           "max_new_tokens"), 1)
+        check_range(self, "prune_startup_trials", 0)
+        check_range(self, "seed", *SEED_RANGE)
         if self.study_name is None:
             self.study_name = f"tune-{self.stage}"
 

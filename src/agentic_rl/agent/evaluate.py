@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import setting
+from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.utils import log, run_dir, write_json, write_jsonl
 
 
@@ -41,6 +41,12 @@ class AgentEvalConfig:
     max_turn_tokens: int = setting(48, "new tokens per assistant turn")
     max_completion_length: int = setting(192, "tokens after the prompt: all turns plus tool responses")
     batch_size: int = setting(64, "episodes generated together")
+
+    def __post_init__(self) -> None:
+        check_range(self, ("num_rows", "heldout_rows", "max_turns", "max_turn_tokens", "max_completion_length",
+                           "batch_size"), 1)
+        check_range(self, "max_tool_calls", 0)
+        check_range(self, "data_seed", *SEED_RANGE)
 
 
 def evaluate_agent(model, tokenizer, rows: list[dict[str, Any]], *, env_factory, tools: bool = True,

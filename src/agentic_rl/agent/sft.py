@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import setting
+from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import log, set_seed
@@ -51,9 +51,11 @@ class AgentSFTConfig:
     seed: int = setting(0, "random seed")
 
     def __post_init__(self) -> None:
-        for name in ("direct_fraction", "skip_tool_fraction"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        check_range(self, ("direct_fraction", "skip_tool_fraction"), 0, 1)
+        check_range(self, ("train_rows", "batch_size"), 1)
+        check_range(self, "heldout_rows", 0)
+        check_range(self, ("epochs", "learning_rate"), 0, low_open=True)
+        check_range(self, ("seed", "data_seed"), *SEED_RANGE)
         if self.direct_fraction + self.skip_tool_fraction > 1.0 + 1e-9:
             raise ConfigError(f"direct_fraction + skip_tool_fraction must be <= 1, got {self.direct_fraction} + "
                               f"{self.skip_tool_fraction}")
@@ -122,8 +124,10 @@ def run(config: AgentSFTConfig) -> dict[str, Any]:
         warmup_steps=10, logging_steps=10, save_strategy="no", report_to=[], seed=config.seed, bf16=False,
         max_length=max(longest, 16), packing=False, dataloader_num_workers=0,
     )
+    from agentic_rl.train.monitoring import NonFiniteGuard
+
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
-                         processing_class=tokenizer, peft_config=peft_config)
+                         processing_class=tokenizer, peft_config=peft_config, callbacks=[NonFiniteGuard()])
     result = trainer.train()
     model_dir = Path(out) / "model"
     policy = trainer.model.merge_and_unload() if config.lora else trainer.model

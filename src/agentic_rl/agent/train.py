@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import setting
+from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import append_jsonl, has_gpu, log, read_jsonl, set_seed
@@ -82,6 +82,15 @@ class AgentGRPOConfig:
     report_to: str = setting("tensorboard", "tensorboard | wandb | none")
 
     def __post_init__(self) -> None:
+        check_range(self, ("train_rows", "max_turns", "generation_batch_size", "max_steps", "max_turn_tokens",
+                           "max_completion_length", "lora_r", "lora_alpha", "logging_steps"), 1)
+        check_range(self, ("heldout_rows", "max_tool_calls", "beta"), 0)
+        check_range(self, ("learning_rate", "temperature", "answer_reward"), 0, low_open=True)
+        check_range(self, "epsilon", 0, 1, low_open=True, high_open=True)
+        check_range(self, "top_p", 0, 1, low_open=True)
+        check_range(self, "tool_call_reward")  # any finite number
+        check_range(self, "tool_error_reward", high=0)  # a positive value would reward broken tool calls
+        check_range(self, ("seed", "data_seed"), *SEED_RANGE)
         if self.generation_batch_size % self.num_generations:
             raise ConfigError(f"num_generations ({self.num_generations}) must divide the generation batch "
                               f"({self.generation_batch_size})")
@@ -90,8 +99,6 @@ class AgentGRPOConfig:
         if self.max_turn_tokens > self.max_completion_length:
             raise ConfigError(f"max_turn_tokens ({self.max_turn_tokens}) must not exceed max_completion_length "
                               f"({self.max_completion_length})")
-        if self.tool_error_reward > 0:
-            raise ConfigError("tool_error_reward must be <= 0 (a positive value rewards broken tool calls)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -207,6 +214,8 @@ def run(config: AgentGRPOConfig) -> dict[str, Any]:
         gradient_checkpointing=config.gradient_checkpointing,
     )
 
+    from agentic_rl.train.monitoring import NonFiniteGuard
+
     class _MetricsFile(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs:
@@ -215,7 +224,8 @@ def run(config: AgentGRPOConfig) -> dict[str, Any]:
     trainer = GRPOTrainer(
         model=model, reward_funcs=[trajectory_return_reward], args=args,
         train_dataset=Dataset.from_list([{"prompt": r["prompt"], "ground_truth": r["ground_truth"]} for r in rows]),
-        processing_class=tokenizer, peft_config=peft_config, rollout_func=rollout_func, callbacks=[_MetricsFile()],
+        processing_class=tokenizer, peft_config=peft_config, rollout_func=rollout_func,
+        callbacks=[_MetricsFile(), NonFiniteGuard()],  # NaN/inf loss or weights: stop, and raise instead of saving
     )
     trainer.train()
 

@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentic_rl.config import SEED_RANGE, check_range
 from agentic_rl.data.custom import load_task_dataset
 from agentic_rl.data.formats import SYSTEM_PROMPT, build_prompt, render_prompt
 from agentic_rl.data.gsm8k import is_number
@@ -57,6 +58,12 @@ class DataCommandConfig:
         "help": "model or tokenizer (hub id or folder) whose chat template renders the preview; "
                 "without one the messages are shown"})
     enable_thinking: bool = field(default=False, metadata={"help": "render Qwen3 prompts with thinking on"})
+
+    def __post_init__(self) -> None:
+        check_range(self, ("n", "max_samples", "synthetic_train_size", "min_steps"), 1)
+        check_range(self, "synthetic_test_size", 0)
+        check_range(self, "max_steps", self.min_steps)
+        check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
 
     def load(self):
         synthetic = {}

@@ -143,6 +143,9 @@ def _source_dtype(model: str | Path) -> str:
     float32 when none is recorded."""
     config_path = Path(model) / "config.json"
     if config_path.is_file():
+        from agentic_rl.models.loading import check_model_dir
+
+        check_model_dir(model, tokenizer=False)  # a damaged config.json is a one-line error, not a traceback
         data = json.loads(config_path.read_text())
         value = data.get("dtype") or data.get("torch_dtype")
     else:
@@ -166,12 +169,18 @@ def load_merged(path: str | Path, *, dtype: str = "auto", base_model: str | None
     ``dtype`` ``auto`` keeps the dtype recorded in the (base) model's config.json. Also used by ``agentic-rl serve``.
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from agentic_rl.models.loading import check_model_dir, check_weights_finite, from_pretrained, load_tokenizer
 
     path = Path(path)
     info: dict = {"resolved": str(path)}
     if _is_adapter_dir(path):
-        adapter_cfg = json.loads((path / "adapter_config.json").read_text())
+        try:
+            adapter_cfg = json.loads((path / "adapter_config.json").read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ModelLoadError(f"{path / 'adapter_config.json'} is damaged: {str(exc).splitlines()[0]}") from None
+        check_model_dir(path, tokenizer=False)
         base = base_model or adapter_cfg.get("base_model_name_or_path")
         if not base:
             raise ModelLoadError(f"{path / 'adapter_config.json'} names no base model; pass --base-model DIR")
@@ -187,11 +196,8 @@ def load_merged(path: str | Path, *, dtype: str = "auto", base_model: str | None
         raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
     dtype = dtype if dtype != "auto" else _source_dtype(weights_from)
     info["dtype"] = dtype
-    try:
-        model = AutoModelForCausalLM.from_pretrained(weights_from, dtype=getattr(torch, dtype),
-                                                     trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load model weights from {weights_from}: {str(exc).splitlines()[0]}") from None
+    model = from_pretrained(AutoModelForCausalLM, str(weights_from), "model weights", dtype=getattr(torch, dtype),
+                            trust_remote_code=trust_remote_code)
 
     if info["kind"] == "adapter":
         from peft import PeftModel
@@ -204,11 +210,10 @@ def load_merged(path: str | Path, *, dtype: str = "auto", base_model: str | None
         except (OSError, ValueError, RuntimeError) as exc:
             raise ModelLoadError(f"cannot apply adapter {path} to {weights_from}: {str(exc).splitlines()[0]}") from None
 
+    check_weights_finite(model, str(path))  # never re-save (or serve) NaN weights as a clean model
     tokenizer_from = str(path) if _has_tokenizer(path) else str(weights_from)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_from, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load the tokenizer from {tokenizer_from}: {str(exc).splitlines()[0]}") from None
+    # A folder without tokenizer files is an error here (transformers would build an empty one-token tokenizer).
+    tokenizer = load_tokenizer(tokenizer_from, trust_remote_code=trust_remote_code, require_chat_template=False)
     info["tokenizer"] = tokenizer_from
     return model.eval(), tokenizer, info
 

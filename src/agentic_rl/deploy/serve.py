@@ -54,6 +54,7 @@ from typing import Any
 
 from fastapi import Request  # at module level: FastAPI resolves the handlers' string annotations here
 
+from agentic_rl.config import check_range
 from agentic_rl.errors import ConfigError
 from agentic_rl.utils import log, warn
 
@@ -103,10 +104,9 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if not self.model:
             raise ConfigError("serve needs a MODEL directory (agentic-rl serve DIR)")
-        if self.max_batch_size < 1:
-            raise ConfigError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
-        if self.batch_wait_ms < 0:
-            raise ConfigError(f"batch_wait_ms must be >= 0, got {self.batch_wait_ms}")
+        check_range(self, ("max_batch_size", "max_tokens_limit"), 1)
+        check_range(self, ("batch_wait_ms", "temperature"), 0)
+        check_range(self, "top_p", 0, 1, low_open=True)
         if not 1 <= self.max_new_tokens <= self.max_tokens_limit:
             raise ConfigError(f"max_new_tokens ({self.max_new_tokens}) must be between 1 and max_tokens_limit "
                               f"({self.max_tokens_limit})")

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import setting
+from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError
 
 DEFAULT_REWARDS = ["accuracy:1.0", "format:0.2"]
@@ -75,21 +75,14 @@ class EvalConfig:
     output_dir: str | None = setting(None, "run directory (default runs/eval)")
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.num_samples < 1:
-            raise ConfigError(f"num_samples must be >= 1, got {self.num_samples}")
-        if self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        check_range(self, ("max_new_tokens", "num_samples", "batch_size", "max_samples"), 1)
+        check_range(self, "temperature", 0, meaning="0 = greedy")
+        check_range(self, "top_p", 0, 1, low_open=True)
+        check_range(self, "num_examples", 0)
+        check_range(self, "seed", *SEED_RANGE)
         if self.num_samples > 1 and self.temperature == 0:
             raise ConfigError(f"num_samples ({self.num_samples}) > 1 needs --temperature > 0: greedy samples are "
                               "all identical (e.g. --temperature 0.7)")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1 (or unset for automatic), got {self.batch_size}")
-        if self.max_samples is not None and self.max_samples < 1:
-            raise ConfigError(f"max_samples must be >= 1 (or unset for all), got {self.max_samples}")
         for k in self.pass_at_k:
             if not 1 <= k <= self.num_samples:
                 raise ConfigError(f"pass_at_k value {k} must be between 1 and num_samples ({self.num_samples}); "

@@ -12,6 +12,12 @@
   since every stage renders prompts with it. Left padding for batched generation is the evaluator's choice.
 * **adapters**: a directory holding ``adapter_config.json`` loads the base model plus the adapter — as a trainable
   ``PeftModel`` with ``for_training=True``, merged (``merge_and_unload``) otherwise.
+* **damage**: a local folder is checked before transformers sees it (:func:`check_model_dir`): ``config.json`` must
+  be a JSON object, every ``*.safetensors`` header must read back whole (a truncated or overwritten file fails
+  here), and the tokenizer files must be there — transformers 5 would otherwise build an empty one-token tokenizer
+  and carry on. Weights whose shapes disagree with ``config.json``, config values of the wrong type and weights
+  holding NaN/inf are caught after loading. Each is a one-line :class:`ModelLoadError`; export and serve load
+  through the same functions.
 """
 
 from __future__ import annotations
@@ -108,14 +114,71 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
-def _from_pretrained(loader, name: str, kind: str, **kwargs):
-    """``loader.from_pretrained`` on a resolved name; any failure becomes one ModelLoadError line."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def check_model_dir(path: str | Path, *, tokenizer: bool = True) -> None:
+    """One-line :class:`ModelLoadError` for a damaged model folder, before transformers reads it.
+
+    Checks that ``config.json`` (when present) is a JSON object, that every ``*.safetensors`` header is complete,
+    and (``tokenizer=True``) that tokenizer files are present.
+    """
+    path = Path(path)
+    config_file = path / "config.json"
+    if config_file.is_file():
+        try:
+            data = json.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ModelLoadError(f"{config_file} is damaged: not valid JSON ({_one_line(exc)}); restore it from the "
+                                 f"model's source") from None
+        if not isinstance(data, dict):
+            raise ModelLoadError(f"{config_file} is damaged: expected a JSON object, got {type(data).__name__}")
+    for weights in sorted(path.glob("*.safetensors")):
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(weights), framework="pt") as handle:
+                handle.keys()
+        except (SafetensorError, OSError) as exc:
+            raise ModelLoadError(f"{weights} is damaged or incomplete ({_one_line(exc)}); copy or download it "
+                                 f"again") from None
+    if tokenizer and not _has_tokenizer(path):
+        raise ModelLoadError(f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}); copy them from the "
+                             f"model it was trained from")
+
+
+def check_weights_finite(model, where: str) -> None:
+    """One-line :class:`ModelLoadError` when loaded weights hold NaN or inf (a diverged run saved anyway)."""
+    bad = nonfinite_parameters(model)
+    if bad:
+        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+        raise ModelLoadError(f"the weights in {where} hold NaN/inf ({bad[0]}{more}): the model is corrupt; use an "
+                             f"earlier checkpoint")
+
+
+def from_pretrained(loader, name: str, kind: str, **kwargs):
+    """``loader.from_pretrained`` on a resolved name; any failure becomes one ModelLoadError line.
+
+    A local folder is first checked with :func:`check_model_dir` (its tokenizer files only when ``kind`` is
+    ``"tokenizer"``).
+    """
     path = resolve_model_path(name)
+    if Path(path).is_dir():
+        check_model_dir(path, tokenizer=kind == "tokenizer")
+    where = f"directory {name}" if Path(name).is_dir() else f"'{name}'"
     try:
         return loader.from_pretrained(path, **kwargs)
-    except (OSError, ValueError, KeyError) as exc:
-        where = f"directory {name}" if Path(name).is_dir() else f"'{name}'"
+    except RuntimeError as exc:
+        if "mismatched_sizes" in str(exc) or "size mismatch" in str(exc):
+            raise ModelLoadError(f"cannot load the {kind} from {where}: the weights' shapes do not match its "
+                                 f"config.json (see the load report above); the folder mixes files of different "
+                                 f"models") from None
         raise ModelLoadError(f"cannot load the {kind} from {where}: {_one_line(exc)}") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # TypeError: a config value of the wrong type
+        raise ModelLoadError(f"cannot load the {kind} from {where}: {_one_line(exc)}") from None
+    except Exception as exc:  # e.g. ZeroDivisionError from num_attention_heads: 0 in a damaged config.json
+        raise ModelLoadError(f"cannot load the {kind} from {where}: {type(exc).__name__}: {_one_line(exc)} "
+                             f"(is its config.json damaged?)") from None
 
 
 def load_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False, require_chat_template: bool = True):
@@ -123,7 +186,7 @@ def load_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False,
     from transformers import AutoTokenizer
 
     name = str(name_or_path)
-    tokenizer = _from_pretrained(AutoTokenizer, name, "tokenizer", trust_remote_code=trust_remote_code)
+    tokenizer = from_pretrained(AutoTokenizer, name, "tokenizer", trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ModelLoadError(f"tokenizer of {name} has neither a pad nor an EOS token; add one to its "
@@ -161,13 +224,15 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, dtype: Any = "auto", d
         except (OSError, json.JSONDecodeError) as exc:
             raise ModelLoadError(f"{adapter_dir / 'adapter_config.json'}: unreadable ({_one_line(exc)})") from None
         base_name = adapter_cfg.get("base_model_name_or_path") or ""
+        check_model_dir(adapter_dir, tokenizer=False)
         if not base_name:
             raise ModelLoadError(f"{adapter_dir / 'adapter_config.json'}: field 'base_model_name_or_path' is empty")
     elif Path(name).is_dir() and not (Path(name) / "config.json").is_file():
         raise ModelLoadError(f"{name} has neither config.json (a model) nor adapter_config.json (an adapter)")
 
-    model = _from_pretrained(AutoModelForCausalLM, base_name, "model", dtype=torch_dtype,
-                             trust_remote_code=trust_remote_code)
+    model = from_pretrained(AutoModelForCausalLM, base_name, "model", dtype=torch_dtype,
+                            trust_remote_code=trust_remote_code)
+    check_weights_finite(model, base_name)
     # The tokenizer: the adapter directory's own copy when it has one (SFT saves it there), else the base model's.
     tok_source = name if adapter_dir is not None and _has_tokenizer(adapter_dir) else base_name
     tokenizer = load_tokenizer(tok_source, trust_remote_code=trust_remote_code,
@@ -184,6 +249,7 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, dtype: Any = "auto", d
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise ModelLoadError(f"cannot apply the adapter in {adapter_dir} to {base_name}: {_one_line(exc)}") \
                 from None
+        check_weights_finite(model, str(adapter_dir))
         if not for_training:
             model = model.merge_and_unload()
 
@@ -194,7 +260,7 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, dtype: Any = "auto", d
 
 
 def _has_tokenizer(path: Path) -> bool:
-    return any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+    return any((Path(path) / f).is_file() for f in TOKENIZER_FILES)
 
 
 def _sync_special_ids(model, tokenizer) -> None:
@@ -215,3 +281,23 @@ def count_parameters(model) -> tuple[int, int]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     return trainable, total
+
+
+def nonfinite_parameters(model, *, trainable_only: bool = False) -> list[str]:
+    """Names of the parameters holding NaN or inf (all of them, or only the trainable ones); ``[]`` when clean.
+
+    One pass over the weights with one device sync per device, so it is cheap next to a training step or a save.
+    """
+    import torch
+
+    by_device: dict[Any, list[tuple[str, Any]]] = {}
+    for name, param in model.named_parameters():
+        if param.requires_grad or not trainable_only:
+            by_device.setdefault(param.device, []).append((name, param))
+    bad = []
+    with torch.no_grad():
+        for named in by_device.values():
+            flags = torch.stack([torch.isfinite(p).all() for _, p in named]).tolist()
+            bad += [n for (n, _), ok in zip(named, flags) if not ok]
+    return bad
+

@@ -283,8 +283,16 @@ def save_model_dir(model, tokenizer, path: str | Path) -> Path:
     """Write model (safetensors), tokenizer with chat template and generation config (eos/pad) into ``path``.
 
     The directory loads with plain ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``.
+    Weights holding NaN or inf are refused (:class:`~agentic_rl.errors.TrainingError`) before anything is written.
     """
+    from agentic_rl.errors import TrainingError
+    from agentic_rl.models.loading import nonfinite_parameters
+
     path = Path(path)
+    bad = nonfinite_parameters(model)
+    if bad:  # a model folder must never hold NaN/inf weights: every later stage would load garbage
+        raise TrainingError(f"not saving {path}: the weights hold NaN/inf ({bad[0]}"
+                            f"{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})")
     path.mkdir(parents=True, exist_ok=True)
     if getattr(model, "generation_config", None) is None or model.generation_config.eos_token_id is None:
         _set_generation_config(model, tokenizer)

@@ -12,12 +12,19 @@ A reward **spec** is one string::
     rm:PATH[:WEIGHT]             rm:runs/rm/merged:1.0       a trained reward model (= reward_model(path=PATH))
 
 The syntax is unambiguous because a weight is always the last ``:``-field and parses as a number, while a
-user reward always has a ``:`` between module and attribute (a Python name never parses as a number), and a
-built-in name never contains ``:``; the prefix ``rm:`` is reserved for the reward-model shorthand (a user module
-named ``rm`` is out of reach). Parameter values are read as YAML scalars (``0.01``, ``true``, ``lenient``,
-``null``; quote a value holding ``,`` or ``: ``, e.g. ``rubric="Correct, concise"``). A user target that is a
-class is instantiated with the parameters; a function given parameters gets them bound as keyword arguments. Any
-mistake is a :class:`ConfigError` that names the spec.
+user reward always has a ``:`` between module and attribute, and a built-in name never contains ``:``; the prefix
+``rm:`` is reserved for the reward-model shorthand (a user module named ``rm`` is out of reach). (The Python names
+``nan``, ``inf`` and ``infinity`` parse as floats: after a module that is not a built-in reward they name the
+function.) Parameter values are read as YAML scalars (``0.01``, ``true``, ``lenient``, ``null``; quote a value
+holding ``,`` or ``: ``, e.g. ``rubric="Correct, concise"``). A user target that is a class is instantiated with the
+parameters; a function given parameters gets them bound as keyword arguments. Any mistake is a :class:`ConfigError`
+that names the spec.
+
+A user reward's every call is checked (:class:`CheckedReward`): it must return one number per completion, as a
+list, tuple or 1-D array. ``None`` for a completion is allowed and means "not applicable" (TRL's contract for
+multi-task rewards: that reward is left out of the completion's sum). Anything else — an exception, a scalar, ``None``
+instead of a list, the wrong length, a string, NaN or inf — stops with a one-line :class:`RewardError` that names
+the reward and the problem, never a TRL traceback or a silently skipped reward.
 
 >>> funcs, weights = build_rewards(["accuracy", "format:0.2", "length(alpha=0.01)"])
 >>> [f.__name__ for f in funcs], weights
@@ -29,19 +36,22 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import numbers
 import re
+import traceback
 from typing import Any, Callable
 
 import yaml
 
 from agentic_rl.config import import_object
-from agentic_rl.errors import ConfigError
+from agentic_rl.errors import ConfigError, RewardError
 from agentic_rl.rewards.functions import (AccuracyReward, FormatReward, LengthPenaltyReward, ProcessReward,
                                           StepReward)
 from agentic_rl.rewards.judge import JudgeReward
 from agentic_rl.rewards.reward_model import RewardModelReward
 
-__all__ = ["REWARDS", "get_reward", "load_user_reward", "parse_reward_spec", "build_rewards"]
+__all__ = ["REWARDS", "get_reward", "load_user_reward", "parse_reward_spec", "build_rewards", "CheckedReward",
+           "check_reward_output"]
 
 REWARDS: dict[str, type] = {
     "accuracy": AccuracyReward,
@@ -98,7 +108,99 @@ def load_user_reward(target: str, **params: Any) -> Callable[..., list[float]]:
         obj.__name__ = name  # type: ignore[attr-defined]
     if not callable(obj):
         raise ConfigError(f"user reward '{target}' is a {type(obj).__name__}, not a callable")
-    return obj
+    return checked_reward(obj, target)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_reward_output(values: Any, n: int, what: str) -> list[float | None]:
+    """``values`` as a list of ``n`` finite floats (``None`` kept: "not applicable"), else a :class:`RewardError`.
+
+    ``what`` names the reward in the message (``user reward 'my_mod:brevity'``).
+    """
+    if hasattr(values, "tolist") and not isinstance(values, (str, bytes)):  # numpy array, torch tensor
+        values = values.tolist()
+    if values is None or not isinstance(values, (list, tuple)):
+        kind = "None" if values is None else f"a {type(values).__name__} ({_short(values)})"
+        raise RewardError(f"{what} returned {kind}, not a list with one reward per completion ({n})")
+    if len(values) != n:
+        raise RewardError(f"{what} returned {len(values)} rewards for {n} completions; return exactly one per "
+                          f"completion")
+    out: list[float | None] = []
+    for i, v in enumerate(values):
+        if v is None:
+            out.append(None)
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise RewardError(f"{what} returned {_short(v)} ({type(v).__name__}) for completion {i}; each reward "
+                              f"must be a number (or None: not applicable)")
+        number = float(v)
+        if not math.isfinite(number):
+            raise RewardError(f"{what} returned {number} for completion {i}; rewards must be finite (return None "
+                              f"when a reward does not apply)")
+        out.append(number)
+    return out
+
+
+def _raised(what: str, exc: Exception) -> RewardError:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    message = str(exc).strip().splitlines()
+    detail = f": {message[0]}" if message else ""
+    return RewardError(f"{what} raised {type(exc).__name__}{detail}{where}")
+
+
+class CheckedReward:
+    """A user reward whose every call is checked with :func:`check_reward_output` (cheap: one pass over the list).
+
+    Keeps the wrapped reward's ``__name__`` (TRL logs rewards by it) and forwards other attributes to it.
+    """
+
+    def __init__(self, func: Callable[..., Any], spec: str):
+        self.func = func
+        self.spec = spec
+        self.__name__ = getattr(func, "__name__", type(func).__name__)
+
+    def __call__(self, completions: Any, **kwargs: Any) -> list[float | None]:
+        what = f"user reward '{self.spec}'"
+        try:
+            values = self.func(completions, **kwargs)
+        except RewardError:
+            raise
+        except Exception as exc:  # user code: one line naming the reward, the error and where it was raised
+            raise _raised(what, exc) from exc
+        return check_reward_output(values, len(completions), what)
+
+    def __getattr__(self, name: str) -> Any:  # only called for attributes the wrapper itself lacks
+        func = self.__dict__.get("func")
+        if func is None:
+            raise AttributeError(name)
+        return getattr(func, name)
+
+
+class AsyncCheckedReward(CheckedReward):
+    """:class:`CheckedReward` for an ``async`` reward (TRL awaits those concurrently)."""
+
+    async def __call__(self, completions: Any, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
+        what = f"user reward '{self.spec}'"
+        try:
+            values = await self.func(completions, **kwargs)
+        except RewardError:
+            raise
+        except Exception as exc:
+            raise _raised(what, exc) from exc
+        return check_reward_output(values, len(completions), what)
+
+
+def checked_reward(func: Callable[..., Any], spec: str) -> CheckedReward:
+    inner = func
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    is_async = inspect.iscoroutinefunction(inner) or inspect.iscoroutinefunction(getattr(inner, "__call__", None))
+    return (AsyncCheckedReward if is_async else CheckedReward)(func, spec)
 
 
 class _Renamed:
@@ -156,12 +258,16 @@ def parse_reward_spec(spec: str) -> tuple[str, dict[str, Any], float]:
     head, sep, tail = text.rpartition(":")
     if sep and ")" not in tail:
         try:
-            weight = float(tail)
+            number: float | None = float(tail)
         except ValueError:
-            pass
-        else:
-            if not math.isfinite(weight):
+            number = None
+        # `my_mod:nan`, `my_mod:inf`: a user function named like a float, not a weight on a built-in reward
+        named_like_a_float = (number is not None and tail.strip().isidentifier() and ":" not in head
+                              and head.split("(")[0].strip() not in REWARDS)
+        if number is not None and not named_like_a_float:
+            if not math.isfinite(number):
                 raise ConfigError(f"reward spec '{spec}': weight must be a finite number, got {tail}")
+            weight = number
             text = head.strip()
     params: dict[str, Any] = {}
     if text.endswith(")"):
@@ -208,7 +314,7 @@ def build_rewards(specs: list[str] | str, defaults: dict[str, Any] | None = None
         while unique in names:
             unique, k = f"{name}_{k}", k + 1
         if unique != name:
-            if isinstance(func, tuple(REWARDS.values())):  # our own instances: a fresh object, rename it
+            if isinstance(func, (*REWARDS.values(), CheckedReward)):  # our own fresh objects: rename them
                 func.__name__ = unique  # type: ignore[attr-defined]
             else:  # a user function may be shared: wrap it rather than rename it
                 func = _Renamed(func, unique)

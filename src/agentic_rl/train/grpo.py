@@ -87,7 +87,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import config_to_dict, format_config, save_config, setting
+from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, format_config, save_config, setting
 from agentic_rl.errors import ConfigError
 from agentic_rl.models.fingerprint import weights_fingerprint, write_base_fingerprint
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
@@ -238,12 +238,21 @@ class GRPOConfig:
         self._validate()
 
     def _validate(self) -> None:
-        if not self.full and (self.lora_r < 1 or self.lora_alpha < 1):
-            raise ConfigError(f"lora_r ({self.lora_r}) and lora_alpha ({self.lora_alpha}) must be >= 1")
-        if self.save_steps < 1:
-            raise ConfigError(f"save_steps ({self.save_steps}) must be >= 1")
-        if self.heldout_every < 0 or self.heldout_samples < 0:
-            raise ConfigError("heldout_every and heldout_samples must be >= 0 (0 turns held-out evaluation off)")
+        # Ranges first: the relations checked below assume each number is sane on its own.
+        if not self.full:
+            check_range(self, ("lora_r", "lora_alpha"), 1)
+        check_range(self, ("max_steps", "batch_size", "gradient_accumulation_steps", "max_completion_length",
+                           "num_iterations", "logging_steps", "save_steps", "save_total_limit", "max_train_samples",
+                           "generation_batch_size", "steps_per_generation", "completions_per_log"), 1)
+        check_range(self, ("heldout_every", "heldout_samples"), 0)  # 0: no held-out evaluation
+        check_range(self, ("completions_every", "top_k", "kl_warmup_steps"), 0)
+        check_range(self, ("learning_rate", "temperature", "epsilon_high", "kl_high"), 0, low_open=True)
+        check_range(self, "epsilon", 0, 1, low_open=True, high_open=True)
+        check_range(self, ("beta", "weight_decay", "max_grad_norm", "kl_low"), 0)  # max_grad_norm 0: no clipping
+        check_range(self, ("warmup_ratio", "collapse_fraction"), 0, 1)
+        check_range(self, "lora_dropout", 0, 1, high_open=True)
+        check_range(self, ("top_p", "vllm_gpu_memory_utilization"), 0, 1, low_open=True)
+        check_range(self, "seed", *SEED_RANGE)
         if self.use_vllm and importlib.util.find_spec("vllm") is None:
             raise ConfigError("use_vllm needs vLLM, which is not installed: pip install -e '.[vllm]' (GPU), "
                               "or drop --use-vllm to generate with transformers")
@@ -272,19 +281,6 @@ class GRPOConfig:
                 f"num_generations ({g}) must divide the generation batch ({gen} = {how}): set batch_size to a "
                 f"multiple of {g} (e.g. {g * max(1, round(self.batch_size / g))}) or num_generations to a divisor "
                 f"of {gen}")
-        for name in ("learning_rate", "temperature"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if self.beta < 0:
-            raise ConfigError(f"beta must be >= 0, got {self.beta}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        for name in ("max_steps", "batch_size", "gradient_accumulation_steps", "max_completion_length",
-                     "num_iterations", "logging_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.rewards:
             raise ConfigError("at least one reward is needed, e.g. --reward accuracy:1.0")
         bad = [b for b in self.report_to if b not in ("tensorboard", "wandb", "none")]
@@ -293,11 +289,8 @@ class GRPOConfig:
         if self.use_vllm and not has_gpu():
             raise ConfigError("use_vllm needs a CUDA GPU; drop --use-vllm on CPU")
         check_signal_settings(self.refill_max_draws, self.select_pass_rate_low, self.select_pass_rate_high)
-        for name in ("select_samples", "sft_loss_weight"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0 (0 = off), got {getattr(self, name)}")
-        if self.select_candidates is not None and self.select_candidates < 1:
-            raise ConfigError(f"select_candidates must be >= 1 (or unset for all), got {self.select_candidates}")
+        check_range(self, ("select_samples", "sft_loss_weight"), 0)  # 0: off
+        check_range(self, "select_candidates", 1)
         if self.algorithm == "rloo":
             from agentic_rl.train.rloo import check_rloo_settings
 
@@ -620,13 +613,15 @@ def health_monitor(config: GRPOConfig):
 
 def _make_callback(config: GRPOConfig, out: Path, logger: MetricsLogger, rules, heldout, tokenizer,
                    state: dict[str, Any]):
-    """The trainer callback: renamed metrics, health rules, completions.jsonl and periodic held-out evaluation."""
-    from transformers import TrainerCallback
+    """The trainer callback: renamed metrics, health rules, completions.jsonl and periodic held-out evaluation;
+    a :class:`~agentic_rl.train.monitoring.NonFiniteGuard`, so a NaN/inf loss or weights end the run with an error."""
+    from agentic_rl.train.monitoring import NonFiniteGuard
 
-    class GRPOMonitor(TrainerCallback):
+    class GRPOMonitor(NonFiniteGuard):
         trainer = None  # set after the trainer exists (the sample completions live on it)
 
         def on_log(self, args, st, control, logs=None, **kwargs):
+            super().on_log(args, st, control, logs=logs, **kwargs)
             if not logs or self.trainer is None:
                 return
             metrics = rename_metrics(logs)
@@ -658,7 +653,8 @@ def _make_callback(config: GRPOConfig, out: Path, logger: MetricsLogger, rules, 
                 self._heldout(st.global_step, model)
 
         def on_step_end(self, args, st, control, model=None, **kwargs):
-            if heldout is None or not config.heldout_every:
+            super().on_step_end(args, st, control, model=model, **kwargs)
+            if heldout is None or not config.heldout_every or self.problem is not None:
                 return
             if st.global_step % config.heldout_every == 0 or st.global_step >= st.max_steps:
                 self._heldout(st.global_step, model)

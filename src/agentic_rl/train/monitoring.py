@@ -17,6 +17,15 @@ warns again only after its condition has cleared). :class:`HealthCallback` plugs
 / TRL trainer. The GRPO stage reuses these with its own keys, e.g.
 ``HealthMonitor([grad_explosion(), grad_vanishing(), metric_rising("kl", ...)])``.
 
+Non-finite numbers are not a warning but the end of the run: :class:`NonFiniteGuard` (part of every
+:class:`HealthCallback`, and of GRPO's monitor) stops training as soon as a logged loss or gradient norm, or the
+trainable weights, hold NaN or inf; it vetoes the checkpoint of that step, so the last checkpoint on disk is the
+last good one, and when training ends it raises a one-line :class:`~agentic_rl.errors.TrainingError`, so no final
+model is written from broken weights and the command exits non-zero. The trainable weights are checked after every
+optimizer step (one pass over them, small next to the step; GRPO would otherwise sample its next batch from NaN
+logits and die in ``torch.multinomial``). Under fp16 mixed precision an infinite gradient norm is normal (the loss
+scaler skips that step) and only the weights count.
+
 Logging backends (``report_to``): ``tensorboard`` (default, events in ``<run>/tensorboard``), ``wandb`` (offline
 unless ``WANDB_API_KEY`` is set or ``WANDB_MODE`` says otherwise), ``none``; comma-separate several.
 """
@@ -25,12 +34,13 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from transformers import TrainerCallback
 
-from agentic_rl.errors import ConfigError
+from agentic_rl.errors import ConfigError, TrainingError
 from agentic_rl.utils import warn
 
 Rule = Callable[[list[dict[str, Any]], dict[str, Any]], "str | None"]
@@ -141,13 +151,82 @@ class HealthMonitor:
         return new
 
 
-class HealthCallback(TrainerCallback):
-    """Runs a :class:`HealthMonitor` on every training log of a ``Trainer`` (SFT, GRPO, pretraining)."""
+def _nonfinite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(float(value))
+
+
+class NonFiniteGuard(TrainerCallback):
+    """Stops a ``Trainer`` whose loss, gradient norm or trainable weights became NaN/inf (see the module docstring).
+
+    ``problem`` says what went wrong (``None`` while all is well); :meth:`on_train_end` raises it as a
+    :class:`TrainingError` naming the step and the last good checkpoint.
+    """
+
+    LOSS_KEYS = ("loss", "train_loss", "eval_loss")
+    GRAD_KEYS = ("grad_norm",)
+
+    def __init__(self) -> None:
+        self.problem: str | None = None
+        self.step: int | None = None
+
+    def _stop(self, control, state, problem: str) -> None:
+        if self.problem is None:
+            self.problem, self.step = problem, state.global_step
+        control.should_training_stop = True
+        control.should_save = False  # the checkpoint of this step would hold broken weights
+        control.should_evaluate = False
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        keys = self.LOSS_KEYS + (() if getattr(args, "fp16", False) else self.GRAD_KEYS)
+        bad = [k for k in keys if _nonfinite((logs or {}).get(k))]
+        if bad:
+            self._stop(control, state, f"the {bad[0].replace('_', ' ')} became {logs[bad[0]]}")
+        elif self.problem is not None:
+            self._stop(control, state, self.problem)
+
+    def _check_weights(self, state, control, model) -> None:
+        if self.problem is None and model is not None:
+            from agentic_rl.models.loading import nonfinite_parameters
+
+            bad = nonfinite_parameters(model, trainable_only=True)
+            if bad:
+                more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+                self._stop(control, state, f"the weights became non-finite (NaN/inf in {bad[0]}{more})")
+        if self.problem is not None:
+            self._stop(control, state, self.problem)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self._check_weights(state, control, model)
+
+    def on_epoch_end(self, args, state, control, model=None, **kwargs):
+        self._check_weights(state, control, model)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.problem is None:
+            return
+        from agentic_rl.utils import last_checkpoint
+
+        checkpoint = last_checkpoint(args.output_dir) if getattr(args, "output_dir", None) else None
+        kept = (f"the last good checkpoint is {checkpoint}" if checkpoint else
+                "no checkpoint was saved before it")
+        if not getattr(args, "disable_tqdm", True):  # the progress bar (closed after us) leaves its line open
+            print(file=sys.stderr, flush=True)
+        raise TrainingError(
+            f"training stopped at step {self.step}: {self.problem}; no model was saved from these weights and "
+            f"{kept}. Lower the learning rate (now {getattr(args, 'learning_rate', '?')}) or clip gradients "
+            f"(max_grad_norm), and check the data and rewards for extreme values")
+
+
+class HealthCallback(NonFiniteGuard):
+    """Runs a :class:`HealthMonitor` on every training log of a ``Trainer`` (SFT, GRPO, pretraining), and stops
+    the run when its numbers become non-finite (:class:`NonFiniteGuard`)."""
 
     def __init__(self, monitor: HealthMonitor | None = None):
+        super().__init__()
         self.monitor = monitor or HealthMonitor()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        super().on_log(args, state, control, logs=logs, **kwargs)
         if logs and any(k in logs for k in ("loss", "grad_norm", "reward")):
             self.monitor.update(logs, state.global_step)
 

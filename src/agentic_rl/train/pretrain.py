@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentic_rl.config import format_config, save_config
+from agentic_rl.config import SEED_RANGE, check_range, format_config, save_config
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
@@ -73,16 +73,19 @@ class PretrainConfig:
     save_steps: int = field(default=0, metadata={"help": "save a checkpoint every N steps (0: only at the end)"})
 
     def __post_init__(self):
-        if self.corpus_lines < 100:
-            raise ConfigError(f"corpus_lines ({self.corpus_lines}) must be at least 100")
-        if self.seq_length < 16:
-            raise ConfigError(f"seq_length ({self.seq_length}) must be at least 16")
-        if self.max_steps == 0 or self.max_steps < -1:
-            raise ConfigError(f"max_steps ({self.max_steps}) must be positive, or -1 to train for `epochs`")
-        if not 0.0 <= self.eval_fraction < 0.5:
-            raise ConfigError(f"eval_fraction ({self.eval_fraction}) must be in [0, 0.5)")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size ({self.batch_size}) must be >= 1")
+        check_range(self, "corpus_lines", 100)
+        check_range(self, "seq_length", 16)
+        check_range(self, "max_steps", 1, also=(-1,), meaning="-1 to train for `epochs`")
+        check_range(self, "eval_fraction", 0, 0.5, high_open=True)
+        check_range(self, ("batch_size", "logging_steps", "hidden_size", "num_layers"), 1)
+        check_range(self, ("exclude_test", "save_steps"), 0)
+        from agentic_rl.models.tiny import MARKUP_TOKENS, SPECIAL_TOKENS
+
+        check_range(self, "vocab_size", 256 + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS) + 1)  # bytes + chat/tool tokens
+        check_range(self, ("learning_rate", "epochs"), 0, low_open=True)
+        check_range(self, "warmup_ratio", 0, 1)
+        check_range(self, "weight_decay", 0)
+        check_range(self, ("seed", "data_seed"), *SEED_RANGE)
 
 
 # ---------------------------------------------------------------------------------------------------------------

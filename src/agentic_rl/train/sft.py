@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import format_config, save_config
+from agentic_rl.config import SEED_RANGE, check_range, format_config, save_config
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
@@ -110,27 +110,20 @@ class SFTConfig:
     trust_remote_code: bool = field(default=False, metadata={"help": "allow custom model code from the Hub"})
 
     def __post_init__(self):
-        for name in ("answer_only_fraction", "answer_first_fraction"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"{name} ({getattr(self, name)}) must be between 0 and 1")
+        check_range(self, ("answer_only_fraction", "answer_first_fraction", "warmup_ratio"), 0, 1)
         if self.answer_only_fraction + self.answer_first_fraction > 1.0:
             raise ConfigError("answer_only_fraction + answer_first_fraction must be at most 1")
-        if self.max_steps == 0 or self.max_steps < -1:
-            raise ConfigError(f"max_steps ({self.max_steps}) must be positive, or -1 to train for `epochs`")
-        if self.max_steps == -1 and self.epochs <= 0:
-            raise ConfigError(f"epochs ({self.epochs}) must be positive when max_steps is -1")
-        if self.lora_r < 1 and not self.full:
-            raise ConfigError(f"lora_r ({self.lora_r}) must be >= 1 (or set full: true)")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ConfigError(f"warmup_ratio ({self.warmup_ratio}) must be in [0, 1)")
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise ConfigError(f"lora_dropout ({self.lora_dropout}) must be in [0, 1)")
-        if self.batch_size < 1 or self.grad_accum < 1:
-            raise ConfigError("batch_size and grad_accum must be >= 1")
-        if self.max_length < 16:
-            raise ConfigError(f"max_length ({self.max_length}) must be at least 16")
-        if self.save_steps < 1:
-            raise ConfigError(f"save_steps ({self.save_steps}) must be >= 1")
+        check_range(self, "max_steps", 1, also=(-1,), meaning="-1 to train for `epochs`")
+        check_range(self, ("learning_rate", "epochs"), 0, low_open=True)
+        if not self.full:
+            check_range(self, ("lora_r", "lora_alpha"), 1)
+        check_range(self, "lora_dropout", 0, 1, high_open=True)
+        check_range(self, ("batch_size", "grad_accum", "save_steps", "save_total_limit", "logging_steps",
+                           "max_samples", "synthetic_train_size"), 1)
+        check_range(self, "synthetic_test_size", 0)
+        check_range(self, "max_length", 16)
+        check_range(self, ("weight_decay", "max_grad_norm"), 0)  # max_grad_norm 0: no clipping
+        check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
 
     @property
     def target_modules(self) -> list[str]:
