@@ -462,7 +462,9 @@ def build_reward_functions(specs: list[str]):
     return list(funcs), [float(w) for w in weights], names
 
 
-def peft_config_for(config: GRPOConfig):
+def peft_config_for(config: Any, *, task_type: str = "CAUSAL_LM", modules_to_save: list[str] | None = None):
+    """PEFT's ``LoraConfig`` from a stage config's ``lora_*`` fields (None with ``full``); the reward-model stage
+    passes ``SEQ_CLS`` and its score head."""
     if config.full:
         return None
     from peft import LoraConfig
@@ -471,7 +473,7 @@ def peft_config_for(config: GRPOConfig):
     if targets == ["all-linear"]:
         targets = "all-linear"
     return LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                      target_modules=targets, task_type="CAUSAL_LM")
+                      target_modules=targets, task_type=task_type, modules_to_save=modules_to_save)
 
 
 def trl_arguments(config: GRPOConfig, out: Path, reward_weights: list[float]):

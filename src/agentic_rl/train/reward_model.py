@@ -208,15 +208,9 @@ def load_reward_base(config: RewardModelConfig, *, conversational: bool):
 
 
 def peft_config_for(config: RewardModelConfig):
-    if config.full:
-        return None
-    from peft import LoraConfig
+    from agentic_rl.train.grpo import peft_config_for as lora_config
 
-    targets: Any = config.lora_target_modules
-    if targets == ["all-linear"]:
-        targets = "all-linear"
-    return LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                      target_modules=targets, task_type="SEQ_CLS", modules_to_save=["score"])
+    return lora_config(config, task_type="SEQ_CLS", modules_to_save=["score"])  # the score head trains in full
 
 
 def trainer_arguments(config: RewardModelConfig, out: Path, report_to: list[str]):
