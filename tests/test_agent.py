@@ -3,7 +3,9 @@ env masks, per-step rewards summed into the return, SFT labels and GRPO loss mas
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -225,11 +227,15 @@ def test_sft_labels_ignore_prompt_and_tool_tokens(tokenizer):
 # GRPO through TRL: the tool tokens carry no loss
 # ---------------------------------------------------------------------------------------------------------------
 
-def test_grpo_loss_has_no_gradient_on_tool_tokens(tiny_model_dir, tokenizer, monkeypatch, tmp_path):
+@pytest.mark.parametrize("algorithm", ["grpo", "rloo"])
+def test_grpo_loss_has_no_gradient_on_tool_tokens(tiny_model_dir, tokenizer, monkeypatch, tmp_path, algorithm):
+    """GRPO's token loss and RLOO's sequence loss (agent-grpo --algorithm rloo) both ignore tool tokens."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
+
+    from agentic_rl.train.rloo import make_rloo_rollout_trainer_class
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     rows = agent_rows([ROW, {"question": "Sam has 47 bags with 23 beads each. How many beads?",
@@ -241,13 +247,15 @@ def test_grpo_loss_has_no_gradient_on_tool_tokens(tiny_model_dir, tokenizer, mon
     tokenizer.padding_side = "left"
     args = GRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4,
                       generation_batch_size=4, max_completion_length=200, max_steps=1, report_to=[], use_cpu=True,
-                      beta=0.0, gradient_checkpointing=False, logging_steps=1)
+                      beta=0.0, gradient_checkpointing=False, logging_steps=1,
+                      scale_rewards="none" if algorithm == "rloo" else "group")
     rollout = make_rollout_func(lambda: CalculatorEnv(), rows,
                                 RolloutSettings(max_turn_tokens=64, tools_in_prompt=False),
                                 log_path=tmp_path / "rollouts.jsonl")
-    trainer = GRPOTrainer(model=model, reward_funcs=[trajectory_return_reward], args=args,
-                          train_dataset=Dataset.from_list([{"prompt": r["prompt"]} for r in rows]),
-                          processing_class=tokenizer, rollout_func=rollout)
+    trainer_class = make_rloo_rollout_trainer_class() if algorithm == "rloo" else GRPOTrainer
+    trainer = trainer_class(model=model, reward_funcs=[trajectory_return_reward], args=args,
+                            train_dataset=Dataset.from_list([{"prompt": r["prompt"]} for r in rows]),
+                            processing_class=tokenizer, rollout_func=rollout)
     inputs = [{"prompt": rows[k]["prompt"]} for k in (0, 0, 1, 1)]  # as TRL's sampler repeats each prompt
     trainer.model.train()  # as inside trainer.train(): metrics go to the "train" bucket
     batch = trainer._generate_and_score_completions(inputs)
@@ -351,3 +359,106 @@ def test_sft_rows_split_into_tool_skip_tool_and_direct_demonstrations(tokenizer)
         AgentSFTConfig(model="m", direct_fraction=0.7, skip_tool_fraction=0.4)
     with pytest.raises(ConfigError, match="skip_tool_fraction"):
         AgentSFTConfig(model="m", skip_tool_fraction=-0.1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# RLOO with the environment (agent-grpo --algorithm rloo)
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_agent_rloo_refuses_grpo_only_settings():
+    from agentic_rl.agent.train import AgentGRPOConfig
+
+    assert AgentGRPOConfig(model="m", algorithm="rloo").algorithm == "rloo"
+    with pytest.raises(ConfigError, match=r"loss_type \('grpo'\) is a GRPO setting; RLOO uses the leave-one-out "
+                                          r"baseline; drop --loss-type"):
+        AgentGRPOConfig(model="m", algorithm="rloo", loss_type="grpo")
+    with pytest.raises(ConfigError, match=r"scale_rewards \('none'\) is a GRPO setting"):
+        AgentGRPOConfig(model="m", algorithm="rloo", scale_rewards="none")
+    from agentic_rl.config import config_from_dict
+
+    with pytest.raises(ConfigError, match="must be one of grpo, rloo"):
+        config_from_dict(AgentGRPOConfig, {"model": "m", "algorithm": "ppo"})
+
+
+def _completion_logps(model, batch):
+    """Per-token log-probs of the batch's completion tokens under ``model`` (plain forward, no TRL code): (B, C)."""
+    import torch
+
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    width = batch["completion_ids"].shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, -width - 1:-1]
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
+def test_agent_rloo_trains_two_steps_with_leave_one_out_advantages_and_kl_in_the_reward(
+        tiny_model_dir, tokenizer, monkeypatch, tmp_path):
+    """Two real optimizer steps of ``agent-grpo --algorithm rloo`` with the calculator environment on the micro model.
+
+    The policy is scripted (every episode calls the calculator, then episode 0 of the group answers right and
+    episodes 1-3 wrongly), so the rewards of each group are exactly [1, 0, 0, 0]; the update, the reference, the
+    KL and the optimizer are real. The advantages trained on are checked against an independent computation of
+    RLOO's: leave-one-out of r − β·KL, with KL recomputed from plain forwards of the policy and its reference.
+    """
+    import torch
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from agentic_rl.agent.train import AgentGRPOConfig, run
+    from agentic_rl.train import rloo
+
+    monkeypatch.setattr(rollout_mod, "generate_batch",
+                        scripted_policy(tokenizer, [CALL, "Final Answer: 1081"], wrong_rows=(1, 2, 3)))
+    captured = []
+    real_factory = rloo.make_rloo_rollout_trainer_class
+
+    def recording_factory():
+        class Recording(real_factory()):
+            def _generate_and_score_completions(self, inputs):
+                batch = super()._generate_and_score_completions(inputs)
+                model = self.accelerator.unwrap_model(self.model)
+                policy = _completion_logps(model, batch)
+                with model.disable_adapter():  # the LoRA reference: the base model
+                    reference = _completion_logps(model, batch)
+                mask = batch["completion_mask"] * batch["tool_mask"]
+                captured.append({"advantages": batch["advantages"].clone(),
+                                 "kl": ((policy - reference) * mask).sum(1), "old_logps": batch["old_logps"].clone(),
+                                 "policy_logps": (policy * mask).sum(1)})
+                return batch
+        return Recording
+
+    monkeypatch.setattr(rloo, "make_rloo_rollout_trainer_class", recording_factory)
+    data = tmp_path / "task.jsonl"
+    data.write_text(json.dumps(ROW) + "\n")
+    out = tmp_path / "agent-rloo"
+    beta = 0.05
+    result = run(AgentGRPOConfig(
+        model=str(tiny_model_dir), output_dir=str(out), algorithm="rloo", dataset=str(data), train_rows=1,
+        num_generations=4, generation_batch_size=4, max_steps=2, learning_rate=0.05, beta=beta,
+        tool_call_reward=0.0, max_turn_tokens=64, max_completion_length=200, report_to="tensorboard"))
+
+    assert len(captured) == 2  # one generation batch per optimizer step
+    first, second = captured
+    # Step 1: the fresh LoRA adapter is the reference, so the KL is exactly 0 and the advantages are the
+    # leave-one-out ones of [1, 0, 0, 0]: 1 - 0 and 0 - 1/3 (GRPO's would be 0.75 / -0.25, or ±1.5 / ∓0.5 std-scaled).
+    assert torch.all(first["kl"] == 0)
+    assert first["advantages"].tolist() == pytest.approx([1.0, -1 / 3, -1 / 3, -1 / 3], abs=1e-7)
+    # Step 2: the policy moved, the KL is folded into the reward before the leave-one-out baseline.
+    assert second["kl"].abs().max() > 1e-4
+    penalised = torch.tensor([1.0, 0.0, 0.0, 0.0]) - beta * second["kl"]
+    leave_one_out = torch.stack([penalised[i] - torch.cat([penalised[:i], penalised[i + 1:]]).mean()
+                                 for i in range(4)])
+    assert second["advantages"].tolist() == pytest.approx(leave_one_out.tolist(), abs=1e-5)
+    # π_old is the sampling policy: the stored sequence log-probs are the policy's at generation time.
+    for step in captured:
+        assert step["old_logps"].tolist() == pytest.approx(step["policy_logps"].tolist(), abs=1e-4)
+
+    assert (Path(result["model_dir"]) / "config.json").is_file()
+    events = EventAccumulator(str(next(out.rglob("events.out.tfevents.*")).parent))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/loss", "train/reward", "train/kl", "train/entropy", "train/clip_ratio/region_mean",
+            "train/agent/accuracy", "train/agent/tool_call_rate"} <= tags
+    assert [e.step for e in events.Scalars("train/reward")] == [1, 2]
+    assert [e.value for e in events.Scalars("train/reward")] == [0.25, 0.25]
+    assert [e.value for e in events.Scalars("train/agent/accuracy")] == [0.25, 0.25]

@@ -16,6 +16,27 @@ per-step rewards and turn limits are not ours to control), so this stage uses it
 which the single reward function passes on as the reward. Everything else — group advantages, KL to the reference
 (β), clipping, loss variants — is TRL's.
 
+RLOO with the environment (``algorithm: rloo``, the GRPO stage's option of the same name). TRL 1.16's
+``RLOOTrainer`` takes no ``rollout_func`` / ``environment_factory``, so the episodes still come from
+``GRPOTrainer``'s hook and the update is RLOOTrainer's, replicated in
+:func:`agentic_rl.train.rloo.make_rloo_rollout_trainer_class` (a ``GRPOTrainer`` subclass). What matches
+``RLOOTrainer._generate_and_score_completions`` / ``_compute_loss``:
+
+* KL in the *reward*, not the loss: ``r_i ← r_i − β · Σ_t (log π_old − log π_ref)`` (k1 estimator summed over the
+  sequence; ``β = 0`` drops it), logged as ``kl`` (per-token mean, as RLOOTrainer logs it);
+* advantage ``r_i − mean_{j≠i} r_j`` over the ``num_generations`` episodes of a task. It is computed from
+  GRPOTrainer's advantage with ``scale_rewards="none"``, ``r_i − mean_j r_j``, times ``G/(G−1)``, which is the
+  same number: ``r_i − (Σ_j r_j − r_i)/(G−1) = (G·r_i − Σ_j r_j)/(G−1)``. No normalisation afterwards
+  (RLOOConfig's ``normalize_advantages`` default, false);
+* loss ``−mean_i min(ρ_i A_i, clip(ρ_i, 1−ε, 1+ε) A_i)`` with the *sequence* ratio ``ρ_i = exp(Σ_t log π_θ −
+  log π_old)``, averaged over episodes; entropy and clip-ratio metrics as RLOOTrainer logs them.
+
+Where it departs: every token sum (KL, ratio, entropy) runs over *action* tokens only (completion mask × env mask;
+RLOOTrainer has no tool tokens to exclude); ``normalize_advantages`` is not offered (it stays at RLOO's default);
+unscorable (``None``) rewards cannot occur (the reward is the trajectory return), so RLOOTrainer's NaN-aware
+baseline is not needed. ``loss_type`` and ``scale_rewards`` are GRPO settings and changing them with ``algorithm:
+rloo`` is an error, as in the GRPO stage.
+
 Monitoring: besides TRL's metrics (reward, KL, entropy, ...), every generation batch logs ``agent/accuracy``,
 ``agent/tool_call_rate`` (episodes with at least one valid call), ``agent/tool_calls_per_episode``,
 ``agent/tool_error_rate`` (error observations / calls), ``agent/useful_call_rate`` (calls that earned the tool
@@ -26,6 +47,7 @@ reward / calls), ``agent/turns_per_episode``, ``agent/return`` and
 Run it (as a function: ``run(AgentGRPOConfig(model=...))``)::
 
     agentic-rl agent-grpo --model runs/quickstart-agentic/sft/model --max-steps 40
+    agentic-rl agent-grpo --model runs/quickstart-agentic/sft/model --max-steps 40 --algorithm rloo
 """
 
 from __future__ import annotations
@@ -60,6 +82,9 @@ class AgentGRPOConfig:
     answer_reward: float = setting(1.0, "reward of a correct final answer")
     tools_in_prompt: bool = setting(True, "render the tool schemas into the prompt with the chat template")
     system_prompt: str | None = setting(None, "system prompt (default: the agent prompt that mentions the calculator)")
+    algorithm: str = setting("grpo", "policy update: 'grpo' (TRL's GRPOTrainer) or 'rloo' (RLOOTrainer's leave-one-out "
+                             "baseline and KL-in-the-reward on the same rollouts, see train/rloo.py)",
+                             choices=["grpo", "rloo"])
     num_generations: int = setting(8, "episodes per task (the GRPO group size)")
     generation_batch_size: int = setting(32, "episodes per generation batch (a multiple of num_generations)")
     max_steps: int = setting(40, "optimizer steps")
@@ -99,6 +124,10 @@ class AgentGRPOConfig:
         if self.max_turn_tokens > self.max_completion_length:
             raise ConfigError(f"max_turn_tokens ({self.max_turn_tokens}) must not exceed max_completion_length "
                               f"({self.max_completion_length})")
+        if self.algorithm == "rloo":
+            from agentic_rl.train.rloo import check_rloo_settings
+
+            check_rloo_settings(self)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -206,7 +235,9 @@ def run(config: AgentGRPOConfig) -> dict[str, Any]:
         per_device_train_batch_size=config.generation_batch_size, gradient_accumulation_steps=1,
         generation_batch_size=config.generation_batch_size, max_steps=config.max_steps,
         learning_rate=config.learning_rate, beta=config.beta, epsilon=config.epsilon, loss_type=config.loss_type,
-        scale_rewards=config.scale_rewards, temperature=config.temperature, top_p=config.top_p,
+        # RLOO derives its leave-one-out advantage from GRPO's unscaled one (see the module docstring).
+        scale_rewards="none" if config.algorithm == "rloo" else config.scale_rewards,
+        temperature=config.temperature, top_p=config.top_p,
         max_completion_length=config.max_completion_length, logging_steps=config.logging_steps,
         save_strategy="no", report_to=[] if config.report_to == "none" else [config.report_to],
         seed=config.seed, bf16=False, use_cpu=not has_gpu(),
@@ -221,7 +252,12 @@ def run(config: AgentGRPOConfig) -> dict[str, Any]:
             if logs:
                 append_jsonl(out / "metrics.jsonl", {"step": state.global_step, **logs})
 
-    trainer = GRPOTrainer(
+    trainer_class = GRPOTrainer
+    if config.algorithm == "rloo":
+        from agentic_rl.train.rloo import make_rloo_rollout_trainer_class
+
+        trainer_class = make_rloo_rollout_trainer_class()
+    trainer = trainer_class(
         model=model, reward_funcs=[trajectory_return_reward], args=args,
         train_dataset=Dataset.from_list([{"prompt": r["prompt"], "ground_truth": r["ground_truth"]} for r in rows]),
         processing_class=tokenizer, peft_config=peft_config, rollout_func=rollout_func,
