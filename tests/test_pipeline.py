@@ -160,3 +160,26 @@ def test_shipped_presets_resolve_every_stage_section(preset):
     config = load_pipeline_config(preset_path(preset))
     _check_sections(config)  # raises ConfigError on a key a stage does not have
     assert config.system_prompt == "" and 0.5 < config.sft["answer_first_fraction"] < 1.0
+
+
+def test_the_control_budget_of_a_resumed_grpo_counts_every_step_not_only_the_last_invocation(tmp_path):
+    from agentic_rl.pipeline import _grpo_seconds
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "perf/step_time_s": 2.0}\n{"step": 2, "grpo/kl": 0.1}\n'
+                                            '{"step": 3, "perf/step_time_s": 4.0}\n')
+    (tmp_path / "heldout.jsonl").write_text('{"step": 0, "seconds": 2.5}\n{"step": 10, "seconds": 2.5}\n')
+    fresh = {"wall_time_s": 99.0, "resumed_from": None, "steps": 10}
+    assert _grpo_seconds(tmp_path, fresh) == 99.0
+    resumed = {"wall_time_s": 12.0, "resumed_from": "checkpoint-5", "steps": 10,
+               "difficulty_selection": {"seconds": 7.0}}
+    assert _grpo_seconds(tmp_path, resumed) == 3.0 * 10 + 5.0 + 7.0
+
+
+def test_sampled_evaluation_needs_the_stage_evaluations():
+    from agentic_rl.config import config_from_dict
+    from agentic_rl.pipeline import PipelineConfig
+
+    with pytest.raises(ConfigError, match="sampled_eval evaluates the stages"):
+        config_from_dict(PipelineConfig, {"sampled_eval": 4, "evaluate_stages": False})
+    with pytest.raises(ConfigError, match="needs 'grpo' in stages"):
+        config_from_dict(PipelineConfig, {"stages": ["pretrain", "sft", "sft_continued"]})

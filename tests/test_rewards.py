@@ -119,7 +119,9 @@ LABELLED = [
     ("Final Answer: 12 (rounded from 12.4)", "12"), ("Final Answer: 72 or so", "72"), ("Final Answer: 3/4", "0.75"),
     ("The final answer is 72 clips, which Natalia sold in April and May (48 + 24).", "72"),
     ("Final Answer: 72\nCheck: 72 - 24 = 48, or 48 + 24 = 72", "72"),   # the checks are on a later line
-    ("Final Answer: 12 or 13", None), ("Final Answer: 12-13", None),
+    ("Final Answer: 42 (6 x 7)", "42"), ("Final Answer: 42 [6*7]", "42"), ("Final Answer: 72 (48 + 24)", "72"),
+    ("Final Answer: 12 or 13", None), ("Final Answer: 12-13", None), ("Final Answer: 12 (or maybe 13)", None),
+    ("Final Answer: 12 (±1)", None), ("Final Answer: (12, 13)", None),
 ]
 
 

@@ -88,6 +88,8 @@ class PipelineConfig:
                               "(its budget is GRPO's wall time)")
         if self.sampled_eval < 0:
             raise ConfigError(f"sampled_eval must be >= 0 (0 = off), got {self.sampled_eval}")
+        if self.sampled_eval and not self.evaluate_stages:
+            raise ConfigError("sampled_eval evaluates the stages: it needs evaluate_stages: true")
 
 
 @dataclass
@@ -308,7 +310,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
 
     # --- 3b. the compute-matched control: SFT continued from GRPO's start for GRPO's wall time ---------------------
     if "sft_continued" in config.stages:
-        control_dir = _run_control(config, root, grpo_start, grpo_result["wall_time_s"], summary)
+        control_dir = _run_control(config, root, grpo_start, _grpo_seconds(root / "grpo", grpo_result), summary)
         stage_models["sft_continued"] = control_dir
         if config.evaluate_stages:
             _evaluate("sft_continued", control_dir, config, root, summary)
@@ -361,10 +363,25 @@ def _sft_seconds_per_step(candidates: list[Path]) -> float:
                       "sft_continued.max_steps")
 
 
+def _grpo_seconds(grpo_dir: Path, result: dict[str, Any]) -> float:
+    """GRPO's compute time for sizing the control: the stage's wall time, or — when the stage was resumed, so that
+    its wall time covers only the last part — the mean logged step time x steps, plus its held-out checks and
+    difficulty selection."""
+    if not result.get("resumed_from"):
+        return float(result["wall_time_s"])
+    from agentic_rl.utils import read_jsonl
+
+    step_times = [r["perf/step_time_s"] for r in read_jsonl(grpo_dir / "metrics.jsonl") if "perf/step_time_s" in r]
+    heldout = sum(r.get("seconds", 0.0) for r in read_jsonl(grpo_dir / "heldout.jsonl"))
+    selection = (result.get("difficulty_selection") or {}).get("seconds", 0.0)
+    mean_step = sum(step_times) / len(step_times) if step_times else 0.0
+    return mean_step * result.get("steps", len(step_times)) + heldout + selection
+
+
 def _run_control(config: PipelineConfig, root: Path, start_model: str, grpo_seconds: float,
                  summary: dict[str, Any]) -> str:
     """SFT continued from GRPO's starting model, on the sft section's data and settings, for as many steps as fit
-    in GRPO's wall time at the SFT stage's speed (the control's own loading and saving come on top: the control
+    in GRPO's time (:func:`_grpo_seconds`) at the SFT stage's speed (the control's own loading and saving come on top: the control
     never gets less compute than GRPO). Returns the control's model directory."""
     from agentic_rl.train import sft
 

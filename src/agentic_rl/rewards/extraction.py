@@ -253,10 +253,29 @@ def _unit(text: str, m: re.Match) -> str | None:
     return word.group(1).lower().rstrip("s")
 
 
+# Words that make a bracket after an answer an alternative (``12 (or 13)``) rather than its working (``42 (6 x 7)``).
+_BRACKET_HEDGE_WORDS = frozenset("""or either maybe perhaps possibly probably alternatively otherwise else between
+about approximately approx around roughly nearly almost""".split())
+
+
+def _explains(text: str, opened: int) -> bool:
+    """Whether the bracket opened at ``opened`` holds working (``(6 x 7)``, ``[48 + 24]``): no hedge word, no ±."""
+    closing = ")" if text[opened] == "(" else "]"
+    end = text.find(closing, opened, opened + 2 * MAX_GLUE_CHARS)
+    content = text[opened + 1:end if end >= 0 else opened + 2 * MAX_GLUE_CHARS]
+    words = {w.lower() for w in _WORD_RE.findall(content)}
+    return not (words & _BRACKET_HEDGE_WORDS or "\u00b1" in content or "\u2213" in content or "\\pm" in content)
+
+
 def _joined(text: str, a: re.Match, b: re.Match) -> bool:
     """Whether numbers ``a`` and ``b`` are offered as candidates for one answer: joined by connectors only, and not
-    two different quantities (``72 apples, 3 boxes`` names the boxes too; ``12 apples or 13 apples`` hedges)."""
-    if not _joins_candidates(text[a.end():b.start()]):
+    two different quantities (``72 apples, 3 boxes`` names the boxes too; ``12 apples or 13 apples`` hedges). A number
+    in a bracket after the answer is its working (``42 (6 x 7)``) unless the bracket hedges (``12 (or 13)``)."""
+    glue = text[a.end():b.start()]
+    if not _joins_candidates(glue):
+        return False
+    opened = max(glue.rfind("("), glue.rfind("["))
+    if opened >= 0 and _explains(text, a.end() + opened):
         return False
     unit_a, unit_b = _unit(text, a), _unit(text, b)
     return unit_a is None or unit_b is None or unit_a == unit_b

@@ -214,7 +214,9 @@ def make_signal_trainer_class():
                 return loss
             sft = self._demonstration_loss(model, max(1, inputs["advantages"].shape[0] // self.num_generations))
             self._metrics["train"]["signal/sft_loss"].append(sft.item())
-            return loss + self.sft_loss_weight * sft
+            # TRL divides its own loss by the accumulation steps (loss_is_scaled_for_ga): so must the anchor, or the
+            # weight would grow with gradient_accumulation_steps.
+            return loss + self.sft_loss_weight * sft / self.current_gradient_accumulation_steps
 
         def _demonstration_loss(self, model, n: int):
             """Mean token NLL of ``n`` random demonstrations' completions (the prompt tokens carry no loss)."""
