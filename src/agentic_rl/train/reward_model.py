@@ -188,7 +188,8 @@ def load_reward_base(config: RewardModelConfig, *, conversational: bool):
     from transformers import AutoModelForSequenceClassification
 
     from agentic_rl.errors import ModelLoadError
-    from agentic_rl.models.loading import is_adapter_dir, load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
+    from agentic_rl.models.loading import (check_weights_finite, from_pretrained, is_adapter_dir, load_tokenizer,
+                                           resolve_device, resolve_dtype, resolve_model_path)
 
     if not config.model:
         raise ConfigError("model is required: a causal LM directory such as runs/sft/merged (--model)")
@@ -197,12 +198,10 @@ def load_reward_base(config: RewardModelConfig, *, conversational: bool):
     path = resolve_model_path(config.model)
     tokenizer = load_tokenizer(path, require_chat_template=conversational)
     device = resolve_device()
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=1, dtype=resolve_dtype("auto", device, for_training=True))
-    except (OSError, ValueError, KeyError) as exc:
-        raise ModelLoadError(f"cannot load {config.model} as a sequence classifier: "
-                             f"{str(exc).strip().splitlines()[0]}") from None
+    # The project's loader: a damaged folder (weights, config, shapes) is one ModelLoadError line, as for causal LMs.
+    model = from_pretrained(AutoModelForSequenceClassification, path, "sequence classifier", num_labels=1,
+                            dtype=resolve_dtype("auto", device, for_training=True))
+    check_weights_finite(model, config.model)
     model.config.pad_token_id = tokenizer.pad_token_id  # the score is read at the last non-padding token
     return model.to(device), tokenizer
 
