@@ -183,6 +183,29 @@ def finished_grpo(tiny_model_dir, tmp_path_factory):
     return out
 
 
+def test_overwrite_removes_every_output_an_earlier_grpo_run_wrote(tiny_model_dir, tmp_path):
+    """Each top-level file or folder grpo.py writes into the run (``out / "name"``) is an earlier run's output that a
+    new run (not --resume) removes, e.g. difficulty.json from a run with difficulty selection."""
+    import inspect
+    import re
+
+    from agentic_rl.runs import claim_stage_dir
+    from agentic_rl.train import grpo
+
+    written = set(re.findall(r'\bout / "([^"]+)"', inspect.getsource(grpo))) - {"config.yaml"}
+    assert {"difficulty.json", "result.json", "best"} <= written
+    out = tmp_path / "grpo"
+    for name in written | {"checkpoint-3"}:
+        if "." in name:
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / name).write_text("from the earlier run")
+        else:
+            (out / name).mkdir(parents=True)
+            (out / name / "weights").write_text("from the earlier run")
+    claim_stage_dir(out, _grpo_config(tiny_model_dir, out), stage="grpo", stale=grpo.GRPO_OUTPUTS, resuming=False)
+    assert sorted(p.name for p in out.iterdir()) == [RUN_MARKER]
+
+
 def test_a_misspelt_reward_leaves_a_finished_grpo_run_byte_identical(finished_grpo, tiny_model_dir):
     from agentic_rl.train.grpo import run
 
