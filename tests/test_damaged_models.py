@@ -145,3 +145,54 @@ def test_a_truncated_adapter_gives_one_line(damaged_adapter, command, tmp_path, 
 def test_the_undamaged_model_still_loads_and_exports(tiny_model_dir, tmp_path, capsys):
     assert main(["export", str(tiny_model_dir), "--out", str(tmp_path / "x")]) == 0
     assert (tmp_path / "x" / "model.safetensors").is_file() and (tmp_path / "x" / "tokenizer.json").is_file()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reward models load through the same checks: training one from a damaged causal LM, scoring with a damaged one
+# ---------------------------------------------------------------------------------------------------------------
+
+REWARD_MODEL_DAMAGE = ["truncated_weights", "config_zero_heads", "shape_mismatch", "nan_weights"]
+
+
+def _reward_model_message(kind: str) -> str:
+    return "is its config.json damaged" if kind == "config_zero_heads" else DAMAGE[kind][1]
+
+
+@pytest.mark.parametrize("kind", REWARD_MODEL_DAMAGE)
+def test_reward_model_training_from_a_damaged_model_gives_one_line(damaged, kind, tmp_path, capsys):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": f"{i} + 1 =", "chosen": f" {i + 1}", "rejected": " 0"}) + "\n"
+                             for i in range(6)))
+    code = main(["reward-model", "--model", str(damaged[kind]), "--dataset", str(pairs),
+                 "--output-dir", str(tmp_path / "rm"), "--max-steps", "1", "--report-to", "none"])
+    line = _one_error_line(capsys)
+    assert code == 2 and _reward_model_message(kind) in line, line
+    assert not (tmp_path / "rm").exists()
+
+
+@pytest.fixture(scope="module")
+def damaged_reward_models(tiny_model_dir, tmp_path_factory):
+    """A one-output sequence classifier (what `agentic-rl reward-model` saves) with each kind of damage."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    root = tmp_path_factory.mktemp("damaged_rm")
+    clean = root / "clean"
+    AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1).save_pretrained(clean)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(clean)
+    out = {"clean": clean}
+    for name in REWARD_MODEL_DAMAGE:
+        shutil.copytree(clean, root / name)
+        DAMAGE[name][0](root / name)
+        out[name] = root / name
+    return out
+
+
+@pytest.mark.parametrize("kind", REWARD_MODEL_DAMAGE)
+def test_the_reward_model_reward_refuses_a_damaged_model_in_one_line(damaged_reward_models, kind):
+    from agentic_rl.rewards import build_rewards
+
+    with pytest.raises(ModelLoadError, match=_reward_model_message(kind)) as err:
+        build_rewards([f"rm:{damaged_reward_models[kind]}"])
+    assert "\n" not in str(err.value)
+    funcs, _ = build_rewards([f"rm:{damaged_reward_models['clean']}"])  # the undamaged one scores
+    assert len(funcs[0](["Final Answer: 4"], prompts=["2 + 2 ="])) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -60,8 +61,16 @@ def test_pairs_load_in_text_and_conversational_form_and_bad_rows_name_the_line(t
 def test_config_rejects_bad_values_with_the_fix():
     from agentic_rl.train.reward_model import RewardModelConfig
 
-    with pytest.raises(ConfigError, match=r"heldout_fraction \(0.7\) must be in \[0, 0.5\]"):
+    with pytest.raises(ConfigError, match=r"^heldout_fraction must be in \[0, 0.5\], got 0.7$"):
         RewardModelConfig(model="m", dataset="d", heldout_fraction=0.7)
+    # The shared check_range: each of these was accepted by the hand-written checks.
+    for name, value, wanted in [("seed", 2**40, r"in \[0, 4.29497e\+09\]"), ("seed", -1, r"in \[0, "),
+                                ("weight_decay", -1.0, ">= 0"), ("max_grad_norm", -3.0, ">= 0"),
+                                ("center_rewards_coefficient", -0.01, ">= 0"), ("learning_rate", float("nan"), "> 0"),
+                                ("warmup_ratio", float("inf"), r"in \[0, 1\)")]:
+        with pytest.raises(ConfigError, match=rf"^{name} must be {wanted}.*, got {re.escape(repr(value))}$"):
+            RewardModelConfig(model="m", dataset="d", **{name: value})
+    RewardModelConfig(model="m", dataset="d", seed=2**32 - 1, weight_decay=0.0, max_grad_norm=0.0)  # the edges
     with pytest.raises(ConfigError, match="unknown config key 'lora_rank'"):
         config_from_dict(RewardModelConfig, {"model": "m", "lora_rank": 4})
 

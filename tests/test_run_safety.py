@@ -114,6 +114,50 @@ def test_fresh_replaces_a_run_directory_it_created(tiny_model_dir, tmp_path):
     assert not (out / "stale.txt").exists() and (out / "export" / "model.safetensors").is_file()
 
 
+def _finished_stage_run(out: Path, config, stage: str, finished: str) -> dict[str, str]:
+    """A finished run of ``stage`` in ``out``, marked as the stage marks it; returns its snapshot."""
+    from agentic_rl.runs import claim_stage_dir
+
+    claim_stage_dir(out, config, stage=stage, resuming=False)
+    (out / finished).parent.mkdir(parents=True, exist_ok=True)
+    (out / finished).write_text("{}")
+    return _snapshot(out)
+
+
+def test_a_pipeline_never_writes_into_or_fresh_deletes_a_stage_run(tiny_model_dir, tmp_path):
+    from agentic_rl.train.sft import SFTConfig
+
+    out = tmp_path / "sft"  # `agentic-rl sft` ran here; then `pipeline --output-dir runs/sft` by mistake
+    before = _finished_stage_run(out, SFTConfig(model=str(tiny_model_dir)), "sft", "metrics.json")
+    with pytest.raises(ConfigError, match=r"holds a sft run, not a pipeline run"):
+        run_pipeline(_pipeline(tiny_model_dir, out))
+    assert _snapshot(out) == before
+    with pytest.raises(ConfigError, match=r"--fresh refuses to delete .* holds a sft run"):
+        run_pipeline(_pipeline(tiny_model_dir, out, fresh=True))
+    assert _snapshot(out) == before
+    from agentic_rl.runs import check_deletable
+
+    with pytest.raises(ConfigError, match="holds a sft run, not a agentic-quickstart run"):
+        check_deletable(out, "agentic-quickstart")
+
+
+@pytest.mark.parametrize("command", ["agent-sft", "preferences"])
+def test_the_refusal_names_only_flags_the_command_has(command, tmp_path, capsys):
+    """agent-sft and preferences have --overwrite but no --resume: the message must not suggest it."""
+    from agentic_rl.agent.sft import AgentSFTConfig
+    from agentic_rl.data.preferences import PreferencesConfig
+
+    out = tmp_path / command
+    if command == "agent-sft":
+        _finished_stage_run(out, AgentSFTConfig(model="m"), "agent-sft", "model/config.json")
+    else:
+        _finished_stage_run(out, PreferencesConfig(model="m"), "preferences", "stats.json")
+    assert main([command, "--model", "m", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"error: {out} already holds a finished {command} run; pass --overwrite to replace it, or "
+                       f"choose another --output-dir")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # A finished GRPO run: re-runs, --resume, a half-written checkpoint
 # ---------------------------------------------------------------------------------------------------------------
@@ -137,6 +181,29 @@ def finished_grpo(tiny_model_dir, tmp_path_factory):
     run(_grpo_config(tiny_model_dir, out))
     assert (out / "best" / "adapter_model.safetensors").is_file() and (out / "checkpoint-2").is_dir()
     return out
+
+
+def test_overwrite_removes_every_output_an_earlier_grpo_run_wrote(tiny_model_dir, tmp_path):
+    """Each top-level file or folder grpo.py writes into the run (``out / "name"``) is an earlier run's output that a
+    new run (not --resume) removes, e.g. difficulty.json from a run with difficulty selection."""
+    import inspect
+    import re
+
+    from agentic_rl.runs import claim_stage_dir
+    from agentic_rl.train import grpo
+
+    written = set(re.findall(r'\bout / "([^"]+)"', inspect.getsource(grpo))) - {"config.yaml"}
+    assert {"difficulty.json", "result.json", "best"} <= written
+    out = tmp_path / "grpo"
+    for name in written | {"checkpoint-3"}:
+        if "." in name:
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / name).write_text("from the earlier run")
+        else:
+            (out / name).mkdir(parents=True)
+            (out / name / "weights").write_text("from the earlier run")
+    claim_stage_dir(out, _grpo_config(tiny_model_dir, out), stage="grpo", stale=grpo.GRPO_OUTPUTS, resuming=False)
+    assert sorted(p.name for p in out.iterdir()) == [RUN_MARKER]
 
 
 def test_a_misspelt_reward_leaves_a_finished_grpo_run_byte_identical(finished_grpo, tiny_model_dir):

@@ -3,8 +3,10 @@
 Every run directory this project creates holds a marker file, ``.agentic-rl-run`` (JSON: the kind of run and, for a
 training stage, its resolved settings and their fingerprint). Three rules follow from it:
 
-* ``--fresh`` deletes only a directory that holds the marker, and never the working directory, one of its parents,
-  the home directory or the filesystem root (:func:`check_deletable`).
+* ``--fresh`` deletes only a directory whose marker says it holds a pipeline or quickstart run (never a stage's own
+  run, which its ``--overwrite`` replaces), and never the working directory, one of its parents, the home directory
+  or the filesystem root (:func:`check_deletable`). Nothing writes into a run directory of another kind
+  (:func:`create_run_root`, :func:`check_stage_dir`).
 * A stage (pretrain, SFT, GRPO) run into a directory that holds a finished run or checkpoints refuses unless the
   user asked for ``--resume`` (continue it) or ``--overwrite`` (replace it); a non-empty folder this project did not
   make is never written into (:func:`check_stage_dir`). The check has no side effects: the stage loads its model,
@@ -28,6 +30,10 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.utils import RUNS_ROOT, last_checkpoint, log, read_json, warn, write_json
 
 RUN_MARKER = ".agentic-rl-run"
+
+#: The kinds of run directory that hold other runs (what :func:`create_run_root` is called with: the pipeline and the
+#: agentic quickstart); ``--fresh`` deletes only these, a stage's own run is replaced with that stage's ``--overwrite``.
+RUN_ROOT_KINDS = frozenset({"pipeline", "agentic-quickstart"})
 
 #: Settings that may differ between a run and its ``--resume``: continuing for more steps, or logging and saving
 #: differently, does not change what the checkpoints were trained on.
@@ -97,7 +103,8 @@ def write_marker(path: str | Path, kind: str, config: Any = None) -> None:
 
 
 def create_run_root(path: str | Path, kind: str) -> Path:
-    """Create a run directory (with its marker) or reuse one of ours; refuse a non-empty folder that is not ours.
+    """Create a run directory (with its marker) or reuse one of ours of the same ``kind``; refuse a non-empty folder
+    that is not ours, or that holds another kind of run (a stage's run: writing into it would mix the two).
 
     ``legacy``: a run directory made before markers existed is recognised by ``config.yaml`` beside stage folders.
     """
@@ -105,9 +112,13 @@ def create_run_root(path: str | Path, kind: str) -> Path:
     if path.exists() and not path.is_dir():
         raise ConfigError(f"run directory {path} exists and is not a directory; choose another --output-dir / --name")
     if path.is_dir() and any(path.iterdir()):
-        if read_marker(path) is None and not _looks_like_old_run(path):
+        marker = read_marker(path)
+        if marker is None and not _looks_like_old_run(path):
             raise ConfigError(f"{path} is not empty and was not created by agentic-rl; choose a new or empty "
                               f"--output-dir (or --name)")
+        other = (marker or {}).get("kind")
+        if other and other != kind:
+            raise ConfigError(f"{path} holds a {other} run, not a {kind} run; choose another --output-dir (or --name)")
         return path
     path.mkdir(parents=True, exist_ok=True)
     write_marker(path, kind)
@@ -124,8 +135,9 @@ def _looks_like_old_run(path: Path) -> bool:
 # --fresh
 # ---------------------------------------------------------------------------------------------------------------
 
-def check_deletable(path: str | Path) -> None:
-    """Raise :class:`ConfigError` unless ``path`` is a run directory this project created, safe to delete whole."""
+def check_deletable(path: str | Path, kind: str | None = None) -> None:
+    """Raise :class:`ConfigError` unless ``path`` is a run directory this project created, safe to delete whole:
+    a ``kind`` run (any of :data:`RUN_ROOT_KINDS` when ``kind`` is None), never a stage's own run directory."""
     path = Path(path)
     resolved = path.resolve()
     cwd, home = Path.cwd().resolve(), Path.home().resolve()
@@ -139,11 +151,16 @@ def check_deletable(path: str | Path) -> None:
     if read_marker(path) is None:
         raise ConfigError(f"--fresh refuses to delete {path}: it was not created by agentic-rl as a run directory "
                           f"(no {RUN_MARKER} in it); delete it yourself or choose another --name / --output-dir")
+    other = (read_marker(path) or {}).get("kind")
+    if other and (other != kind if kind else other not in RUN_ROOT_KINDS):
+        raise ConfigError(f"--fresh refuses to delete {path}: it holds a {other} run, not a "
+                          f"{kind or ' or '.join(sorted(RUN_ROOT_KINDS))} run; delete it yourself or choose another "
+                          f"--name / --output-dir")
 
 
-def delete_run_dir(path: str | Path) -> None:
+def delete_run_dir(path: str | Path, kind: str | None = None) -> None:
     """``--fresh``: delete a run directory after :func:`check_deletable` agreed."""
-    check_deletable(path)
+    check_deletable(path, kind)
     log(f"--fresh: removing {path}")
     shutil.rmtree(path)
 
@@ -213,12 +230,20 @@ def check_stage_dir(out: Path, config: Any, *, stage: str, finished: str, checkp
     if overwrite:
         return None
     if is_finished:
-        raise ConfigError(f"{out} already holds a finished {stage} run; pass --resume to continue it, --overwrite "
-                          "to replace it, or choose another --output-dir")
+        raise ConfigError(f"{out} already holds a finished {stage} run; {_choices(config, 'replace it')}")
     if saved:
-        raise ConfigError(f"{out} holds checkpoints of an unfinished {stage} run; pass --resume to continue it, "
-                          "--overwrite to start over, or choose another --output-dir")
+        raise ConfigError(f"{out} holds checkpoints of an unfinished {stage} run; {_choices(config, 'start over')}")
     return None
+
+
+def _choices(config: Any, overwrite_does: str) -> str:
+    """What the user can do about a run in the way, naming only the flags this stage has (``agent-sft`` and
+    ``preferences`` have ``--overwrite`` but no ``--resume``)."""
+    flags = [f"--{name} to {does}" for name, does in (("resume", "continue it"), ("overwrite", overwrite_does))
+             if hasattr(config, name)]
+    if not flags:
+        return "choose another --output-dir"
+    return f"pass {', '.join(flags)}, or choose another --output-dir"
 
 
 def claim_stage_dir(out: Path, config: Any, *, stage: str, stale: Iterable[str] = (), resuming: bool) -> Path:

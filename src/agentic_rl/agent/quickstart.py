@@ -104,7 +104,7 @@ def run_agentic_quickstart(output_dir: str | Path | None = None, *, name: str = 
     check_run_name(name)
     root = Path(output_dir) if output_dir else RUNS_ROOT / name
     if fresh and root.exists():
-        delete_run_dir(root)  # only a run directory this project created, never the cwd, home or a parent
+        delete_run_dir(root, "agentic-quickstart")  # only a quickstart run we made, never the cwd, home or a parent
     new_run = not has_run(root)
     out = create_run_root(root, "agentic-quickstart")
     # The ladder's settings are recorded with the run: a re-run with other ones must not reuse its stages.

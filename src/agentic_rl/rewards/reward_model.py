@@ -31,7 +31,8 @@ def load_reward_model(path: str | Path, *, device: str | None = None):
     ``cuda:$LOCAL_RANK``, when there is one, else the CPU)."""
     from transformers import AutoModelForSequenceClassification
 
-    from agentic_rl.models.loading import load_tokenizer, resolve_device, resolve_dtype
+    from agentic_rl.models.loading import (check_weights_finite, from_pretrained, load_tokenizer, resolve_device,
+                                           resolve_dtype)
 
     path = Path(path)
     if not (path / "config.json").is_file():
@@ -40,11 +41,10 @@ def load_reward_model(path: str | Path, *, device: str | None = None):
     device = resolve_device(device)
     if device == "cuda":  # one training process per GPU: score on this process's GPU, as the policy does
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            str(path), dtype=resolve_dtype("auto", device, for_training=False))
-    except (OSError, ValueError, KeyError) as exc:
-        raise ConfigError(f"cannot load the reward model in {path}: {str(exc).splitlines()[0]}") from None
+    # The project's loader: a damaged folder (weights, config, shapes, NaN) is one ModelLoadError line.
+    model = from_pretrained(AutoModelForSequenceClassification, str(path), "reward model",
+                            dtype=resolve_dtype("auto", device, for_training=False))
+    check_weights_finite(model, str(path))
     if getattr(model.config, "num_labels", None) != 1:
         raise ConfigError(f"{path} has {model.config.num_labels} outputs; a reward model has one (num_labels=1)")
     tokenizer = load_tokenizer(str(path), require_chat_template=False)

@@ -99,7 +99,7 @@ LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
 SCALE_REWARDS = ["group", "batch", "none"]
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 GRPO_OUTPUTS = ("checkpoint-*", "best", "base", "adapter", "merged", "completions.jsonl", "heldout.jsonl",
-                "metrics.jsonl", "result.json", "trainable_parameters.txt", "tensorboard")
+                "metrics.jsonl", "result.json", "trainable_parameters.txt", "tensorboard", "difficulty.json")
 
 #: Values a preset fills in for the fields left unset (None). ``default``: the seed's settings for real models
 #: (Qwen3-0.6B on GSM8K). ``tiny``: the embedded ~3M-parameter model on 2 CPU cores — 64 completions of <= 64

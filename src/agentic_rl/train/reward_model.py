@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import format_config, save_config, setting
+from agentic_rl.config import SEED_RANGE, check_range, format_config, save_config, setting
 from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, read_jsonl, set_seed, supports_bf16, write_json
@@ -78,29 +78,19 @@ class RewardModelConfig:
                               "directory is an error)")
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.heldout_fraction <= 0.5:
-            raise ConfigError(f"heldout_fraction ({self.heldout_fraction}) must be in [0, 0.5]")
-        if self.max_steps == 0 or self.max_steps < -1:
-            raise ConfigError(f"max_steps ({self.max_steps}) must be positive, or -1 to train for `epochs`")
-        if self.max_steps == -1 and self.epochs <= 0:
-            raise ConfigError(f"epochs ({self.epochs}) must be positive when max_steps is -1")
-        if not self.full and (self.lora_r < 1 or self.lora_alpha < 1):
-            raise ConfigError(f"lora_r ({self.lora_r}) and lora_alpha ({self.lora_alpha}) must be >= 1 "
-                              f"(or set full: true)")
-        if self.learning_rate <= 0:
-            raise ConfigError(f"learning_rate ({self.learning_rate}) must be > 0")
-        for name in ("batch_size", "gradient_accumulation_steps", "score_batch_size", "logging_steps", "save_steps",
-                     "save_total_limit"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} ({getattr(self, name)}) must be >= 1")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ConfigError(f"warmup_ratio ({self.warmup_ratio}) must be in [0, 1)")
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise ConfigError(f"lora_dropout ({self.lora_dropout}) must be in [0, 1)")
-        if self.max_length < 16:
-            raise ConfigError(f"max_length ({self.max_length}) must be at least 16")
-        if self.max_samples is not None and self.max_samples < 2:
-            raise ConfigError(f"max_samples ({self.max_samples}) must be >= 2")
+        check_range(self, "heldout_fraction", 0, 0.5)
+        check_range(self, "max_steps", 1, also=(-1,), meaning="-1 to train for `epochs`")
+        check_range(self, ("learning_rate", "epochs"), 0, low_open=True)
+        if not self.full:
+            check_range(self, ("lora_r", "lora_alpha"), 1)
+        check_range(self, ("warmup_ratio", "lora_dropout"), 0, 1, high_open=True)
+        check_range(self, ("batch_size", "gradient_accumulation_steps", "score_batch_size", "logging_steps",
+                           "save_steps", "save_total_limit"), 1)
+        check_range(self, "max_length", 16)
+        check_range(self, "max_samples", 2)
+        # max_grad_norm 0: no clipping; center_rewards_coefficient 0: no centering (None: TRL's default, off)
+        check_range(self, ("weight_decay", "max_grad_norm", "center_rewards_coefficient"), 0)
+        check_range(self, "seed", *SEED_RANGE)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -188,7 +178,8 @@ def load_reward_base(config: RewardModelConfig, *, conversational: bool):
     from transformers import AutoModelForSequenceClassification
 
     from agentic_rl.errors import ModelLoadError
-    from agentic_rl.models.loading import is_adapter_dir, load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
+    from agentic_rl.models.loading import (check_weights_finite, from_pretrained, is_adapter_dir, load_tokenizer,
+                                           resolve_device, resolve_dtype, resolve_model_path)
 
     if not config.model:
         raise ConfigError("model is required: a causal LM directory such as runs/sft/merged (--model)")
@@ -197,12 +188,10 @@ def load_reward_base(config: RewardModelConfig, *, conversational: bool):
     path = resolve_model_path(config.model)
     tokenizer = load_tokenizer(path, require_chat_template=conversational)
     device = resolve_device()
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=1, dtype=resolve_dtype("auto", device, for_training=True))
-    except (OSError, ValueError, KeyError) as exc:
-        raise ModelLoadError(f"cannot load {config.model} as a sequence classifier: "
-                             f"{str(exc).strip().splitlines()[0]}") from None
+    # The project's loader: a damaged folder (weights, config, shapes) is one ModelLoadError line, as for causal LMs.
+    model = from_pretrained(AutoModelForSequenceClassification, path, "sequence classifier", num_labels=1,
+                            dtype=resolve_dtype("auto", device, for_training=True))
+    check_weights_finite(model, config.model)
     model.config.pad_token_id = tokenizer.pad_token_id  # the score is read at the last non-padding token
     return model.to(device), tokenizer
 

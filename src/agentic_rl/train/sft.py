@@ -188,7 +188,7 @@ def prepare_model(config: SFTConfig):
         warn("lora_r / lora_alpha / lora_dropout / lora_target / lora_mlp come from that adapter's "
              "adapter_config.json; the values in this config do not apply (use --full, or start from its base)")
         recorded = read_base_fingerprint(source)
-        model.agentic_rl_base = (recorded["fingerprint"], recorded.get("base_model")) if recorded else None
+        model.agentic_rl_base = (recorded, recorded.get("base_model")) if recorded else None
         return model, tokenizer
     model.agentic_rl_base = (weights_fingerprint(model), source)
     names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
