@@ -260,7 +260,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     print(format_config(config, "pipeline"))
     _check_sections(config, root)  # the whole configuration first: nothing is deleted or written before it passes
     if config.fresh and root.exists():
-        delete_run_dir(root)  # only a run directory this project created, never the cwd, home or a parent
+        delete_run_dir(root, "pipeline")  # only a run directory this project created, never the cwd, home or a parent
     new_run = not has_run(root)
     root = create_run_root(root, "pipeline")
     if new_run:
