@@ -88,6 +88,10 @@ from agentic_rl.utils import (append_jsonl, has_gpu, last_checkpoint, log, read_
 SYNTHETIC_TEST_GUARD = 2000
 LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
 SCALE_REWARDS = ["group", "batch", "none"]
+GENERATION_BACKENDS = ["trl", "compact"]
+# TRL generation settings the compact decode loop does not apply: with any of them TRL must generate itself.
+_TRL_ONLY_GENERATION = ("generation_kwargs", "repetition_penalty", "min_p", "cache_implementation",
+                        "use_transformers_continuous_batching", "use_transformers_paged")
 
 #: Values a preset fills in for the fields left unset (None). ``default``: the seed's settings for real models
 #: (Qwen3-0.6B on GSM8K). ``tiny``: the embedded ~3M-parameter model on 2 CPU cores — 64 completions of <= 64
@@ -97,10 +101,12 @@ SCALE_REWARDS = ["group", "batch", "none"]
 PRESETS: dict[str, dict[str, Any]] = {
     "default": dict(learning_rate=1e-5, full_learning_rate=3e-6, max_steps=300, num_generations=8, batch_size=16,
                     gradient_accumulation_steps=4, max_completion_length=256, temperature=0.9,
-                    heldout_every=50, heldout_samples=100, save_steps=50, lora_r=16, lora_alpha=32),
+                    heldout_every=50, heldout_samples=100, save_steps=50, lora_r=16, lora_alpha=32,
+                    generation_backend="trl"),
     "tiny": dict(learning_rate=3e-4, full_learning_rate=3e-5, max_steps=40, num_generations=8, batch_size=64,
                  gradient_accumulation_steps=1, max_completion_length=64, temperature=1.0,
-                 heldout_every=10, heldout_samples=64, save_steps=20, lora_r=64, lora_alpha=128),
+                 heldout_every=10, heldout_samples=64, save_steps=20, lora_r=64, lora_alpha=128,
+                 generation_backend="compact"),
 }
 
 
@@ -164,6 +170,10 @@ class GRPOConfig:
     rewards: list[str] = setting(["accuracy:1.0", "format:0.2"], "reward 'name:weight' from the registry, or "
                             "'module:function[:weight]'", flag="reward")
     use_vllm: bool = setting(False, "generate with vLLM (GPU)")
+    generation_backend: str | None = setting(
+        None, "how completions are sampled without vLLM: 'trl' (TRL's model.generate on a padded batch) or "
+        "'compact' (the project's decode loop, which drops each completion from the batch as it ends, through "
+        "TRL's rollout_func hook)", choices=GENERATION_BACKENDS)
     vllm_mode: str = setting("colocate", "vLLM integration: 'colocate' (same GPU) or 'server' (trl vllm-serve)",
                         choices=["colocate", "server"])
     vllm_gpu_memory_utilization: float = setting(0.3, "GPU memory fraction vLLM may use in colocate mode")
@@ -203,6 +213,8 @@ class GRPOConfig:
                 setattr(self, name, value)
         if self.learning_rate is None:
             self.learning_rate = preset["full_learning_rate"] if self.full else preset["learning_rate"]
+        if self.use_vllm and self.generation_backend is None:
+            self.generation_backend = "trl"  # vLLM generates; the preset's choice is for transformers
         if self.gradient_checkpointing is None:
             self.gradient_checkpointing = has_gpu()
         if self.bf16 is None:
@@ -265,6 +277,13 @@ class GRPOConfig:
         if self.use_vllm and not has_gpu():
             raise ConfigError("use_vllm needs a CUDA GPU; drop --use-vllm on CPU")
         _check_trl_args(self.trl_args)
+        if self.generation_backend == "compact":
+            if self.use_vllm:
+                raise ConfigError("generation_backend 'compact' and use_vllm exclude each other: drop one")
+            trl_only = [key for key in _TRL_ONLY_GENERATION if key in self.trl_args]
+            if trl_only:
+                raise ConfigError(f"trl_args '{trl_only[0]}' is applied by TRL's own generation only: set "
+                                  "generation_backend to 'trl'")
 
 
 # TRL fields this stage sets itself: passing them through trl_args would silently fight the typed field.
@@ -620,6 +639,24 @@ def evaluate_heldout(model, tokenizer, rows, config: GRPOConfig) -> dict[str, An
     return {k: v for k, v in out.items() if v is not None}
 
 
+def compact_rollout(prompts: list[list[dict[str, str]]], trainer) -> dict[str, Any]:
+    """TRL ``rollout_func`` of ``generation_backend: compact``: samples the completions of a generation batch with
+    the project's decode loop (:func:`agentic_rl.eval.generation.generate_token_ids`), at the trainer's temperature,
+    top-p, top-k and completion length, from the prompts rendered as TRL renders them (chat template, generation
+    prompt, no thinking). TRL then decodes, scores and trains on them exactly as on its own samples."""
+    from agentic_rl.data.formats import render_prompt
+    from agentic_rl.eval.generation import generate_token_ids
+
+    tokenizer, args = trainer.processing_class, trainer.args
+    prompt_ids = [tokenizer(render_prompt(tokenizer, p, enable_thinking=False), add_special_tokens=False)["input_ids"]
+                  for p in prompts]
+    completion_ids = generate_token_ids(
+        trainer.accelerator.unwrap_model(trainer.model), prompt_ids, max_new_tokens=args.max_completion_length,
+        stop_ids=list(trainer.eos_token_ids), pad_id=tokenizer.pad_token_id, temperature=args.temperature,
+        top_p=args.top_p, top_k=args.top_k or 0)
+    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
+
+
 def save_policy(model, tokenizer, path: Path) -> None:
     """The trainable part: the adapter for LoRA, the whole model for full fine-tuning."""
     path.mkdir(parents=True, exist_ok=True)
@@ -702,9 +739,12 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         best = read_json(out / "best" / "best.json")
         state.update(best_score=best.get(config.best_metric, best["accuracy"]), best_step=best["step"])
     monitor = _make_callback(config, out, logger, rules, heldout, tokenizer, state)
+    if config.generation_backend == "compact":
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL 1.16
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=trl_arguments(config, out, weights),
                           train_dataset=train, processing_class=tokenizer, peft_config=peft_config_for(config),
-                          callbacks=[monitor, *(callbacks or [])])
+                          callbacks=[monitor, *(callbacks or [])],
+                          rollout_func=compact_rollout if config.generation_backend == "compact" else None)
     monitor.trainer = trainer
     trainable_names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     (out / "trainable_parameters.txt").write_text("\n".join(trainable_names) + "\n")
