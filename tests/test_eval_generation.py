@@ -155,8 +155,19 @@ def early_stopping(model_and_tokenizer):
     model.generation_config.eos_token_id = saved
 
 
-@pytest.mark.parametrize("engine", ["compact", "padded"])
-def test_engines_match_the_naive_loop_with_uneven_ends(early_stopping, engine):
+@pytest.mark.parametrize("engine, prefill_chunk, remove_fraction",
+                         [("compact", None, None), ("compact", 2, None), ("compact", None, 1), ("padded", None, None)])
+def test_engines_match_the_naive_loop_with_uneven_ends(early_stopping, engine, prefill_chunk, remove_fraction,
+                                                       monkeypatch):
+    """Prefill chunk 2: the prompts are prefilled in three chunks of different widths whose caches are joined.
+    Remove fraction 1: ended sequences stay in the batch until all have ended (the default removes them at once
+    from a batch this small)."""
+    import agentic_rl.eval.generation as generation
+
+    if prefill_chunk:
+        monkeypatch.setattr(generation, "PREFILL_CHUNK", prefill_chunk)
+    if remove_fraction:
+        monkeypatch.setattr(generation, "REMOVE_FRACTION", remove_fraction)
     model, tok, prompts = early_stopping
     reference = generate_one_by_one(model, tok, prompts, max_new_tokens=12)
     lengths = sorted(r.num_tokens for r in reference)

@@ -1,10 +1,22 @@
-"""Batched generation for evaluation: left padding, prompts sorted by length, batch size chosen for the device.
+"""Batched generation, the one decoding path of evaluation, GRPO's held-out checks, GRPO's sampling (tiny preset) and
+the agent's episode loop.
 
 The reference system generated one prompt at a time. Here prompts are rendered with the one prompt builder
-(:func:`agentic_rl.data.formats.render_prompt`, the same one SFT and GRPO use), tokenized, sorted by length so that
-each batch holds prompts of similar length (little padding, and batches whose sequences tend to finish together),
-left-padded (decoder-only models continue from the last position, so padding must sit on the left) and generated in
-batches under ``torch.inference_mode``. Results come back in the original order.
+(:func:`agentic_rl.data.formats.render_prompt`, the same one SFT and GRPO use), tokenized, sorted by length (little
+padding), left-padded (decoder-only models continue from the last position, so padding must sit on the left) and
+generated in batches under ``torch.inference_mode``. Results come back in the original order.
+
+Two engines (:func:`generate_token_ids`):
+
+* ``compact`` (the default wherever the model allows it): the project's own decode loop. Prompts are prefilled in
+  chunks and joined into one decode batch over a KV cache allocated once; a sequence leaves the batch the step it
+  ends, so each step costs what the running sequences cost and a large batch does not wait for its longest member.
+  Evaluation completions are short and of uneven length, which is exactly where padded batches waste their work.
+* ``padded``: ``model.generate`` on padded batches (the fallback for models the loop cannot drive: encoder-decoders,
+  sliding-window or hybrid caches, forwards without ``logits_to_keep``).
+
+transformers' continuous batching (``generate_batch``, paged attention) and a static cache (with or without
+``torch.compile``) were measured against these on CPU; ``benchmarks/bench_eval.py --also ...`` reruns them.
 
 Greedy decoding is the default. ``num_samples > 1`` with ``temperature > 0`` draws that many samples per prompt
 (for pass@k); with ``temperature == 0`` every sample would be identical, so the greedy completion is generated once
@@ -14,6 +26,7 @@ top_k=20``) are overridden explicitly: what the caller asks for is what runs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,47 +227,130 @@ def _decode_padded(model, contexts, *, max_new_tokens, stop_ids, pad_id, tempera
     return out[:, input_ids.shape[1]:].cpu()
 
 
+#: Prompts prefilled per forward pass by the compact loop: a prefill of the whole batch at once moves activations
+#: too large for the CPU's caches (and pads every prompt to the longest); chunks of length-sorted prompts do not.
+PREFILL_CHUNK = 16
+#: Ended sequences leave the batch once they are at least 1/REMOVE_FRACTION of it (until then they ride along):
+#: each removal copies the whole cache, which costs more than a few rows of computation.
+REMOVE_FRACTION = 8
+
+
 def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temperature, top_p, top_k):
     """A decode loop that removes each sequence from the batch the step it ends; returns (B, max_new_tokens) new
-    tokens on the CPU, ``pad_id`` after a sequence's stop token.
+    tokens on the CPU, ``pad_id`` after a sequence's stop token. ``contexts`` come longest first.
 
     Same arithmetic per sequence as ``model.generate``: left padding hidden by the attention mask, positions counted
     from each sequence's first real token, logits of the last position only, argmax (or temperature, top-k, top-p,
-    multinomial). Per step it costs what the sequences still running cost, where ``generate`` keeps computing
-    finished rows until the longest one ends; removal copies the cache once per step in which some sequence ended.
+    multinomial). Differences, all for speed: prompts are prefilled in chunks of :data:`PREFILL_CHUNK` and their
+    caches joined (left-padded to the longest prompt) into one decode batch; the KV cache is allocated once for the
+    whole generation instead of growing by concatenation every step; and every step costs only what the sequences
+    still running cost, where ``generate`` keeps computing finished rows until the longest one ends. Removal copies
+    the cache once per step in which some sequence ended.
     """
     import torch
     from transformers import DynamicCache
 
     device = _model_device(model)
-    input_ids, attention = _left_pad(contexts, pad_id)
-    input_ids, attention = input_ids.to(device), attention.to(device)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, width): 0 at the first real token
+    width = max(len(c) for c in contexts)
     cache = DynamicCache(config=model.config)
+    layer_class = _preallocated_layer_class()
+    cache.layers = [layer_class(width + max_new_tokens) for _ in cache.layers]
     cache_keyword = _cache_keyword(model) or "past_key_values"
-    rows = torch.arange(len(contexts), device=device)  # original row of each sequence still running
-    new = torch.full((len(contexts), max_new_tokens), pad_id, dtype=torch.long, device=device)
+    attention = torch.zeros((len(contexts), width), dtype=torch.long, device=device)
+    last_position = torch.empty(len(contexts), dtype=torch.long, device=device)
+    logits = []
+    # --- prefill, chunk by chunk; each chunk's cache lands right-aligned in the joint one -----------------------------
+    for start in range(0, len(contexts), PREFILL_CHUNK):
+        rows = slice(start, start + PREFILL_CHUNK)
+        input_ids, chunk_attention = (t.to(device) for t in _left_pad(contexts[rows], pad_id))
+        positions = (chunk_attention.cumsum(-1) - 1).clamp(min=0)  # (b, w): 0 at the first real token
+        chunk_cache = DynamicCache(config=model.config)
+        out = model(input_ids=input_ids, attention_mask=chunk_attention, position_ids=positions, use_cache=True,
+                    logits_to_keep=1, **{cache_keyword: chunk_cache})
+        logits.append(out.logits[:, -1, :])
+        for layer, chunk_layer in zip(cache.layers, chunk_cache.layers):
+            layer.write_rows(rows, chunk_layer.keys, chunk_layer.values, len(contexts), width)
+        attention[rows, width - input_ids.shape[1]:] = chunk_attention
+        last_position[rows] = positions[:, -1]
+    for layer in cache.layers:
+        layer.length = width
+    logits = torch.cat(logits)  # (B, vocab)
+    # --- decode ------------------------------------------------------------------------------------------------------
+    rows = torch.arange(len(contexts), device=device)  # original row of each sequence in the batch
+    running = torch.ones(len(contexts), dtype=torch.bool, device=device)  # (batch,): not ended yet
+    new = torch.full((len(contexts), max_new_tokens + 1), pad_id, dtype=torch.long, device=device)
     stops = torch.tensor(stop_ids, dtype=torch.long, device=device)
-    last_position = positions[:, -1]
-    step_ids, step_positions = input_ids, positions
     for step in range(max_new_tokens):
-        logits = model(input_ids=step_ids, attention_mask=attention, position_ids=step_positions,
-                       use_cache=True, logits_to_keep=1, **{cache_keyword: cache}).logits[:, -1, :]  # (running, vocab)
         tokens = _next_tokens(logits, temperature, top_p, top_k)
-        new[rows, step] = tokens
+        # Rows that ended earlier write to the spare last column, which is dropped.
+        new[rows, torch.where(running, step, max_new_tokens)] = tokens
         if step == max_new_tokens - 1:
             break
-        ended = torch.isin(tokens, stops)
-        if bool(ended.any()):
-            keep = (~ended).nonzero().squeeze(1)
-            if keep.numel() == 0:
-                break
+        running &= ~torch.isin(tokens, stops)
+        ended = len(running) - int(running.sum())
+        if ended == len(running):
+            break
+        if ended * REMOVE_FRACTION >= len(running):  # removal copies the cache: not for every single row
+            keep = running.nonzero().squeeze(1)
             cache.batch_select_indices(keep)
             rows, tokens, attention, last_position = rows[keep], tokens[keep], attention[keep], last_position[keep]
+            running = running[keep]
         attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=1)
         last_position = last_position + 1
-        step_ids, step_positions = tokens[:, None], last_position[:, None]
-    return new.cpu()
+        logits = model(input_ids=tokens[:, None], attention_mask=attention, position_ids=last_position[:, None],
+                       use_cache=True, logits_to_keep=1, **{cache_keyword: cache}).logits[:, -1, :]  # (running, V)
+    return new[:, :max_new_tokens].cpu()
+
+
+@functools.lru_cache(maxsize=None)
+def _preallocated_layer_class():
+    """The compact loop's cache layer class, defined on first use (this module imports transformers lazily)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        """A full-attention cache layer with room for ``capacity`` positions, allocated when the first keys arrive:
+        ``update`` writes the new keys and values in place and returns views of the filled part."""
+
+        def __init__(self, capacity: int):
+            super().__init__()
+            self.capacity, self.length = capacity, 0
+            self.key_buffer = self.value_buffer = None
+
+        def write_rows(self, rows: slice, keys, values, batch: int, width: int) -> None:
+            """Prefill: put a chunk's (b, heads, w, dim) keys and values right-aligned at ``width`` in ``rows``."""
+            import torch
+
+            if self.key_buffer is None:
+                shape = (batch, keys.shape[1], self.capacity, keys.shape[3])
+                # Zeros, not empty: padding positions are masked, but 0 x NaN garbage would still be NaN.
+                self.key_buffer = torch.zeros(shape, dtype=keys.dtype, device=keys.device)
+                self.value_buffer = torch.zeros(shape, dtype=values.dtype, device=values.device)
+                self.device, self.is_initialized = keys.device, True
+            self.key_buffer[rows, :, width - keys.shape[2]:width] = keys
+            self.value_buffer[rows, :, width - values.shape[2]:width] = values
+            self._refresh()
+
+        def _refresh(self) -> None:
+            self.keys = self.key_buffer[:, :, :self.length]
+            self.values = self.value_buffer[:, :, :self.length]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            n = key_states.shape[-2]
+            self.key_buffer[:, :, self.length:self.length + n] = key_states
+            self.value_buffer[:, :, self.length:self.length + n] = value_states
+            self.length += n
+            self._refresh()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def batch_select_indices(self, indices) -> None:
+            self.key_buffer = self.key_buffer.index_select(0, indices)
+            self.value_buffer = self.value_buffer.index_select(0, indices)
+            self._refresh()
+
+    return PreallocatedLayer
 
 
 def _next_tokens(logits, temperature: float, top_p: float, top_k: int):
