@@ -178,6 +178,28 @@ def test_engines_match_the_naive_loop_with_uneven_ends(early_stopping, engine, p
         assert [r[0] for r in out] == reference, f"engine={engine} batch_size={batch_size}"
 
 
+def test_compact_engine_prefills_repeated_prompts_once_with_the_same_result(early_stopping, monkeypatch):
+    """GRPO groups and pass@k repeat prompts: each distinct one is prefilled once and its cache copied to its rows."""
+    import agentic_rl.eval.generation as generation
+
+    model, tok, prompts = early_stopping
+    repeated = [prompts[i] for i in (3, 0, 3, 1, 0, 4, 2, 3)]
+    reference = generate_one_by_one(model, tok, repeated, max_new_tokens=12)
+    prefilled = []
+    original = model.forward
+
+    def counting_forward(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:  # a prefill (decode steps feed one token)
+            prefilled.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting_forward)
+    monkeypatch.setattr(generation, "PREFILL_CHUNK", 2)
+    out = generate_batched(model, tok, repeated, max_new_tokens=12, engine="compact")
+    assert [r[0] for r in out] == reference
+    assert prefilled == [2, 2, 1]  # 5 distinct prompts in chunks of 2, not 8
+
+
 def test_compact_engine_one_prompt_and_budget_of_one(model_and_tokenizer):
     model, tok = model_and_tokenizer
     prompts = [build_prompt(QUESTIONS[1])]

@@ -124,12 +124,13 @@ def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int,
                        engine: str = "auto") -> list[list[int]]:
     """New tokens for each token context, in order, each cut just after its first stop token (kept).
 
-    The one decoding function of the project (evaluation, GRPO's held-out checks and the agent's episode loop call
-    it). ``temperature == 0`` decodes greedily; otherwise tokens are sampled (``top_k`` 0 = no top-k filter) from
-    torch's global random stream, which the caller seeds. The model's mode is left as it is.
+    The one decoding function of the project (evaluation, GRPO's held-out checks, GRPO's sampling with
+    ``generation_backend: compact`` and the agent's episode loop call it). ``temperature == 0`` decodes greedily;
+    otherwise tokens are sampled (``top_k`` 0 = no top-k filter) from torch's global random stream, which the caller
+    seeds. The model's mode is left as it is.
 
-    ``engine``: ``compact`` runs its own decode loop over a ``DynamicCache`` and drops every sequence from the batch
-    the step it ends, so a step costs what the sequences still running cost; ``padded`` is ``model.generate`` on
+    ``engine``: ``compact`` runs the project's decode loop (:func:`_decode_compact`), which drops ended sequences
+    from the batch, so a step costs about what the sequences still running cost; ``padded`` is ``model.generate`` on
     padded batches, which carries finished rows to the end of the batch; ``auto`` is ``compact`` wherever the model
     allows it (a decoder-only model with plain full-attention cache layers), else ``padded``.
     """
@@ -236,16 +237,16 @@ REMOVE_FRACTION = 8
 
 
 def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temperature, top_p, top_k):
-    """A decode loop that removes each sequence from the batch the step it ends; returns (B, max_new_tokens) new
-    tokens on the CPU, ``pad_id`` after a sequence's stop token. ``contexts`` come longest first.
+    """A decode loop that removes ended sequences from the batch; returns (B, max_new_tokens) new tokens on the CPU,
+    ``pad_id`` after a sequence's stop token. ``contexts`` come longest first.
 
     Same arithmetic per sequence as ``model.generate``: left padding hidden by the attention mask, positions counted
     from each sequence's first real token, logits of the last position only, argmax (or temperature, top-k, top-p,
-    multinomial). Differences, all for speed: prompts are prefilled in chunks of :data:`PREFILL_CHUNK` and their
-    caches joined (left-padded to the longest prompt) into one decode batch; the KV cache is allocated once for the
-    whole generation instead of growing by concatenation every step; and every step costs only what the sequences
-    still running cost, where ``generate`` keeps computing finished rows until the longest one ends. Removal copies
-    the cache once per step in which some sequence ended.
+    multinomial). Differences, all for speed: distinct prompts are prefilled once each, in chunks of
+    :data:`PREFILL_CHUNK`, and their caches joined (left-padded to the longest prompt) into one decode batch; the KV
+    cache is allocated once for the whole generation instead of growing by concatenation every step; and ended
+    sequences leave the batch (once they are 1/:data:`REMOVE_FRACTION` of it: a removal copies the cache), where
+    ``generate`` keeps computing finished rows until the longest one ends.
     """
     import torch
     from transformers import DynamicCache
@@ -259,22 +260,30 @@ def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temper
     attention = torch.zeros((len(contexts), width), dtype=torch.long, device=device)
     last_position = torch.empty(len(contexts), dtype=torch.long, device=device)
     logits = []
-    # --- prefill, chunk by chunk; each chunk's cache lands right-aligned in the joint one -----------------------------
-    for start in range(0, len(contexts), PREFILL_CHUNK):
-        rows = slice(start, start + PREFILL_CHUNK)
-        input_ids, chunk_attention = (t.to(device) for t in _left_pad(contexts[rows], pad_id))
+    # --- prefill, chunk by chunk, each distinct context once (GRPO and pass@k repeat every prompt); each chunk's
+    # cache lands right-aligned in the rows of the joint one that hold its contexts ---------------------------------
+    distinct: dict[tuple[int, ...], int] = {}
+    owner = torch.tensor([distinct.setdefault(tuple(c), len(distinct)) for c in contexts], device=device)  # (B,)
+    unique = [list(c) for c in distinct]  # longest first, like contexts
+    logits = None
+    for start in range(0, len(unique), PREFILL_CHUNK):
+        chunk = unique[start:start + PREFILL_CHUNK]
+        input_ids, chunk_attention = (t.to(device) for t in _left_pad(chunk, pad_id))
         positions = (chunk_attention.cumsum(-1) - 1).clamp(min=0)  # (b, w): 0 at the first real token
         chunk_cache = DynamicCache(config=model.config)
         out = model(input_ids=input_ids, attention_mask=chunk_attention, position_ids=positions, use_cache=True,
                     logits_to_keep=1, **{cache_keyword: chunk_cache})
-        logits.append(out.logits[:, -1, :])
+        rows = ((owner >= start) & (owner < start + len(chunk))).nonzero().squeeze(1)  # joint rows of this chunk
+        source = owner[rows] - start  # their row in the chunk
         for layer, chunk_layer in zip(cache.layers, chunk_cache.layers):
-            layer.write_rows(rows, chunk_layer.keys, chunk_layer.values, len(contexts), width)
-        attention[rows, width - input_ids.shape[1]:] = chunk_attention
-        last_position[rows] = positions[:, -1]
+            layer.write_rows(rows, chunk_layer.keys[source], chunk_layer.values[source], len(contexts), width)
+        attention[rows, width - input_ids.shape[1]:] = chunk_attention[source]
+        last_position[rows] = positions[source, -1]
+        if logits is None:
+            logits = out.logits.new_empty((len(contexts), out.logits.shape[-1]))  # (B, vocab)
+        logits[rows] = out.logits[source, -1, :]
     for layer in cache.layers:
         layer.length = width
-    logits = torch.cat(logits)  # (B, vocab)
     # --- decode ------------------------------------------------------------------------------------------------------
     rows = torch.arange(len(contexts), device=device)  # original row of each sequence in the batch
     running = torch.ones(len(contexts), dtype=torch.bool, device=device)  # (batch,): not ended yet
@@ -316,8 +325,8 @@ def _preallocated_layer_class():
             self.capacity, self.length = capacity, 0
             self.key_buffer = self.value_buffer = None
 
-        def write_rows(self, rows: slice, keys, values, batch: int, width: int) -> None:
-            """Prefill: put a chunk's (b, heads, w, dim) keys and values right-aligned at ``width`` in ``rows``."""
+        def write_rows(self, rows, keys, values, batch: int, width: int) -> None:
+            """Prefill: put (len(rows), heads, w, dim) keys and values right-aligned at ``width`` in ``rows``."""
             import torch
 
             if self.key_buffer is None:
