@@ -228,8 +228,9 @@ def _decode_padded(model, contexts, *, max_new_tokens, stop_ids, pad_id, tempera
     return out[:, input_ids.shape[1]:].cpu()
 
 
-#: Prompts prefilled per forward pass by the compact loop: a prefill of the whole batch at once moves activations
-#: too large for the CPU's caches (and pads every prompt to the longest); chunks of length-sorted prompts do not.
+#: Prompts prefilled per forward pass by the compact loop on a CPU: a prefill of the whole batch at once moves
+#: activations too large for the CPU's caches (and pads every prompt to the longest); chunks of length-sorted prompts
+#: do not. On an accelerator the whole batch is prefilled at once.
 PREFILL_CHUNK = 16
 #: Ended sequences leave the batch once they are at least 1/REMOVE_FRACTION of it (until then they ride along):
 #: each removal copies the whole cache, which costs more than a few rows of computation.
@@ -266,8 +267,9 @@ def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temper
     owner = torch.tensor([distinct.setdefault(tuple(c), len(distinct)) for c in contexts], device=device)  # (B,)
     unique = [list(c) for c in distinct]  # longest first, like contexts
     logits = None
-    for start in range(0, len(unique), PREFILL_CHUNK):
-        chunk = unique[start:start + PREFILL_CHUNK]
+    chunk_size = PREFILL_CHUNK if device.type == "cpu" else len(unique)  # an accelerator wants large batches
+    for start in range(0, len(unique), chunk_size):
+        chunk = unique[start:start + chunk_size]
         input_ids, chunk_attention = (t.to(device) for t in _left_pad(chunk, pad_id))
         positions = (chunk_attention.cumsum(-1) - 1).clamp(min=0)  # (b, w): 0 at the first real token
         chunk_cache = DynamicCache(config=model.config)
