@@ -47,6 +47,7 @@ class GenerationResult:
 # Device-dependent batch size
 # ---------------------------------------------------------------------------------------------------------------
 
+#: Largest batch of the compact decode loop on a CPU (memory permitting).
 CPU_COMPACT_CAP = 1024
 
 
@@ -69,8 +70,9 @@ def _kv_bytes_per_token(model) -> int:
 def auto_batch_size(model, max_seq_len: int, num_prompts: int | None = None, *, compact: bool = False) -> int:
     """A batch size that fits the device: the KV cache of one batch may use half the free GPU memory, or 2 GiB on CPU.
 
-    Capped at 256 sequences on GPU and 128 on CPU (per-sequence cost keeps falling up to ~64-128 rows on a CPU,
-    measured on the embedded model), and at the number of sequences to generate.
+    Capped at 256 sequences on GPU and, on CPU, at 128 for padded batches (per-sequence cost keeps falling up to
+    ~64-128 rows, measured on the embedded model) or :data:`CPU_COMPACT_CAP` for the compact loop (which drops ended
+    rows, so a larger batch only saves steps), and at the number of sequences to generate.
     """
     import torch
 

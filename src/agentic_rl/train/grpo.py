@@ -24,6 +24,10 @@ Where this departs from the paper and from TRL's defaults (the seed's settings, 
 * Full fine-tuning with β > 0: TRL reloads the reference from ``model.config._name_or_path``; if the starting weights
   exist only in memory (a merged SFT adapter) they are written to ``<run>/base`` first so the reference is exactly the
   starting policy.
+* Sampling: ``generation_backend: trl`` is TRL's own (``model.generate`` on the padded generation batch, or vLLM);
+  ``compact`` (the tiny preset's default) samples through TRL's ``rollout_func`` hook with the project's decode loop
+  (:func:`agentic_rl.eval.generation.generate_token_ids`: each distinct prompt prefilled once, ended completions
+  dropped from the batch). TRL decodes, scores and trains on the completions either way.
 
 Run it::
 
