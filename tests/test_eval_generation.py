@@ -1,17 +1,22 @@
-"""Batched generation: equals one-by-one greedy decoding, handles EOS/truncation, sampling, modes and adapters."""
+"""Batched generation: the compact decode loop (the default engine) and padded ``model.generate`` both equal
+one-by-one greedy decoding, with completions that end at different steps, EOS/truncation flags, one or no prompt;
+sampling, modes and adapters; GRPO's sampling through the same loop."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from agentic_rl.data.formats import build_prompt
+from agentic_rl.data.formats import build_prompt, render_prompt
 from agentic_rl.eval.generation import (
     GenerationResult,
+    _compact_supported,
     _decode,
+    _next_tokens,
     auto_batch_size,
     generate_batched,
     generate_one_by_one,
+    generate_token_ids,
 )
 
 QUESTIONS = [
@@ -124,3 +129,159 @@ def test_auto_batch_size_scales_with_sequence_length(model_and_tokenizer):
 def test_empty_prompt_list(model_and_tokenizer):
     model, tok = model_and_tokenizer
     assert generate_batched(model, tok, [], max_new_tokens=4) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Engines: the compact decode loop (default) and padded model.generate give the naive loop's greedy completions
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture()
+def early_stopping(model_and_tokenizer):
+    """The scaled model with two of its greedy tokens made end-of-sequence tokens too: a token the first completion
+    writes and one the second writes, from the third token on, that the last two never write. So completions end at
+    different steps or run to the limit, and rows leave the batch at different times."""
+    model, tok = model_and_tokenizer
+    saved = model.generation_config.eos_token_id
+    prompts = [build_prompt(q) for q in QUESTIONS]
+    free = []
+    for messages in prompts:  # model.generate one prompt at a time: the reference tokens
+        ids = tok(render_prompt(tok, messages), return_tensors="pt", add_special_tokens=False)
+        out = model.generate(**ids, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id)
+        free.append(out[0, ids["input_ids"].shape[1]:].tolist())
+    never = set(free[-1]) | set(free[-2])
+    stops = [next(t for t in free[k][2:] if t not in never) for k in (0, 1)]
+    model.generation_config.eos_token_id = [tok.eos_token_id, *stops]
+    yield model, tok, prompts
+    model.generation_config.eos_token_id = saved
+
+
+@pytest.mark.parametrize("engine, prefill_chunk, remove_fraction",
+                         [("compact", None, None), ("compact", 2, None), ("compact", None, 1), ("padded", None, None)])
+def test_engines_match_the_naive_loop_with_uneven_ends(early_stopping, engine, prefill_chunk, remove_fraction,
+                                                       monkeypatch):
+    """Prefill chunk 2: the prompts are prefilled in three chunks of different widths whose caches are joined.
+    Remove fraction 1: ended sequences stay in the batch until all have ended (the default removes them at once
+    from a batch this small)."""
+    import agentic_rl.eval.generation as generation
+
+    if prefill_chunk:
+        monkeypatch.setattr(generation, "PREFILL_CHUNK", prefill_chunk)
+    if remove_fraction:
+        monkeypatch.setattr(generation, "REMOVE_FRACTION", remove_fraction)
+    model, tok, prompts = early_stopping
+    reference = generate_one_by_one(model, tok, prompts, max_new_tokens=12)
+    lengths = sorted(r.num_tokens for r in reference)
+    assert lengths[0] < 12 and any(not r.truncated for r in reference) and any(r.truncated for r in reference), \
+        f"the fixture should give ended and truncated completions of several lengths: {lengths}"
+    for batch_size in (None, 1, 2):
+        out = generate_batched(model, tok, prompts, max_new_tokens=12, batch_size=batch_size, engine=engine)
+        assert [r[0] for r in out] == reference, f"engine={engine} batch_size={batch_size}"
+
+
+def test_compact_engine_prefills_repeated_prompts_once_with_the_same_result(early_stopping, monkeypatch):
+    """GRPO groups and pass@k repeat prompts: each distinct one is prefilled once and its cache copied to its rows."""
+    import agentic_rl.eval.generation as generation
+
+    model, tok, prompts = early_stopping
+    repeated = [prompts[i] for i in (3, 0, 3, 1, 0, 4, 2, 3)]
+    reference = generate_one_by_one(model, tok, repeated, max_new_tokens=12)
+    prefilled = []
+    original = model.forward
+
+    def counting_forward(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:  # a prefill (decode steps feed one token)
+            prefilled.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting_forward)
+    monkeypatch.setattr(generation, "PREFILL_CHUNK", 2)
+    out = generate_batched(model, tok, repeated, max_new_tokens=12, engine="compact")
+    assert [r[0] for r in out] == reference
+    assert prefilled == [2, 2, 1]  # 5 distinct prompts in chunks of 2, not 8
+
+
+def test_compact_engine_one_prompt_and_budget_of_one(model_and_tokenizer):
+    model, tok = model_and_tokenizer
+    prompts = [build_prompt(QUESTIONS[1])]
+    for n in (1, 5):
+        reference = generate_one_by_one(model, tok, prompts, max_new_tokens=n)
+        assert [r[0] for r in generate_batched(model, tok, prompts, max_new_tokens=n, engine="compact")] == reference
+    assert generate_batched(model, tok, [], max_new_tokens=4, engine="compact") == []
+
+
+def test_generate_token_ids_cuts_after_the_first_stop_and_keeps_order(model_and_tokenizer):
+    model, tok = model_and_tokenizer
+    contexts = [tok(q, add_special_tokens=False)["input_ids"] for q in QUESTIONS]
+    free = generate_token_ids(model, contexts, max_new_tokens=8, stop_ids=[tok.eos_token_id],
+                              pad_id=tok.pad_token_id)
+    assert all(len(ids) == 8 for ids in free)  # the random model never writes EOS
+    stop = free[2][3]  # make the 4th token of the third context a stop token
+    cut = generate_token_ids(model, contexts, max_new_tokens=8, stop_ids=[tok.eos_token_id, stop],
+                             pad_id=tok.pad_token_id, batch_size=2)
+    for ids, full in zip(cut, free):
+        end = next((k + 1 for k, t in enumerate(full) if t == stop), len(full))
+        assert ids == full[:end]  # same tokens, cut just after the stop token (kept)
+    assert cut[2] == free[2][:4]
+    assert generate_token_ids(model, [], max_new_tokens=4, stop_ids=[0], pad_id=0) == []
+    with pytest.raises(ValueError, match="engine must be one of"):
+        generate_token_ids(model, contexts, max_new_tokens=4, stop_ids=[0], pad_id=0, engine="vllm")
+
+
+def test_compact_engine_is_chosen_for_plain_and_peft_models(model_and_tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = model_and_tokenizer
+    assert _compact_supported(model)
+    peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj"], lora_alpha=8))
+    try:
+        assert _compact_supported(peft_model)
+    finally:
+        peft_model.unload()
+
+
+def test_next_tokens_filters_like_generate():
+    logits = torch.tensor([[0.0, 3.0, 2.9, -1.0], [5.0, 0.0, 0.0, 4.99]])
+    assert _next_tokens(logits, 0.0, 1.0, 0).tolist() == [1, 0]  # greedy: argmax, first on ties
+    torch.manual_seed(0)
+    for _ in range(20):  # top-k 1 and a tiny top-p leave only the most likely token to draw
+        assert _next_tokens(logits, 1.0, 1.0, 1).tolist() == [1, 0]
+        assert _next_tokens(logits, 1.0, 0.01, 0).tolist() == [1, 0]
+    draws = torch.stack([_next_tokens(logits, 1.0, 1.0, 2) for _ in range(200)])  # top-k 2: only the best two
+    assert set(draws[:, 0].tolist()) == {1, 2} and set(draws[:, 1].tolist()) == {0, 3}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GRPO's sampling through the same loop
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_grpo_tiny_preset_samples_with_the_compact_loop():
+    from agentic_rl.errors import ConfigError
+    from agentic_rl.train.grpo import GRPOConfig
+
+    assert GRPOConfig(model="m", preset="tiny").generation_backend == "compact"
+    assert GRPOConfig(model="m").generation_backend == "trl"
+    assert GRPOConfig(model="m", preset="tiny", generation_backend="trl").generation_backend == "trl"
+    with pytest.raises(ConfigError, match="trl_args 'repetition_penalty' is applied by TRL's own generation only"):
+        GRPOConfig(model="m", preset="tiny", trl_args={"repetition_penalty": 1.1})
+
+
+def test_compact_rollout_renders_like_trl_and_samples_the_naive_greedy_tokens(model_and_tokenizer):
+    """At a near-zero temperature a draw is the argmax: the rollout's completions are the naive loop's tokens, its
+    prompt ids are TRL's own tokenization of the prompts."""
+    from types import SimpleNamespace
+
+    from agentic_rl.train.grpo import compact_rollout
+
+    model, tok = model_and_tokenizer
+    prompts = [build_prompt(q, None) for q in QUESTIONS[:3]]
+    trainer = SimpleNamespace(
+        processing_class=tok, model=model, eos_token_ids=[tok.eos_token_id],
+        accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+        args=SimpleNamespace(max_completion_length=8, temperature=1e-4, top_p=1.0, top_k=0))
+    out = compact_rollout(prompts, trainer)
+    trl_ids = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                       enable_thinking=False)["input_ids"] for p in prompts]
+    assert out["prompt_ids"] == trl_ids and out["logprobs"] is None
+    reference = generate_one_by_one(model, tok, prompts, max_new_tokens=8)
+    assert [tok.decode(ids, skip_special_tokens=True) for ids in out["completion_ids"]] == [r.text for r in reference]
+    assert [len(ids) for ids in out["completion_ids"]] == [r.num_tokens for r in reference]

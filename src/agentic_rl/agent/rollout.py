@@ -81,31 +81,14 @@ class Trajectory:
 
 def generate_batch(model, contexts: list[list[int]], *, max_new_tokens: int, stop_ids: list[int], pad_id: int,
                    do_sample: bool, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0) -> list[list[int]]:
-    """New tokens for each left-padded context, each cut just after its first stop token."""
-    import torch
+    """New tokens for each context, each cut just after its first stop token: the project's one decoding function
+    (:func:`agentic_rl.eval.generation.generate_token_ids`), greedy unless ``do_sample``."""
+    from agentic_rl.eval.generation import generate_token_ids
 
-    device = next(model.parameters()).device
-    width = max(len(c) for c in contexts)
-    input_ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(contexts), width), dtype=torch.long)
-    for row, ids in enumerate(contexts):  # left padding: (B, width)
-        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-        attention[row, width - len(ids):] = 1
-    kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, eos_token_id=stop_ids,
-                                  pad_token_id=pad_id)
-    if do_sample:
-        kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)  # top_k 0: no top-k filter
-    else:
-        kwargs.update(temperature=None, top_p=None, top_k=None)
-    with torch.no_grad():
-        out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
-    new = out[:, width:].tolist()  # (B, generated)
-    result = []
-    stops = set(stop_ids)
-    for ids in new:
-        cut = next((k + 1 for k, tok in enumerate(ids) if tok in stops), len(ids))
-        result.append(ids[:cut])
-    return result
+    if do_sample and temperature <= 0:
+        raise ValueError(f"sampling needs a temperature > 0, got {temperature}")
+    return generate_token_ids(model, contexts, max_new_tokens=max_new_tokens, stop_ids=stop_ids, pad_id=pad_id,
+                              temperature=temperature if do_sample else 0.0, top_p=top_p, top_k=top_k)
 
 
 def _decode_turn(tokenizer, ids: list[int], fmt: ChatFormat) -> str:

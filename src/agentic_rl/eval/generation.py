@@ -1,10 +1,22 @@
-"""Batched generation for evaluation: left padding, prompts sorted by length, batch size chosen for the device.
+"""Batched generation, the one decoding path of evaluation, GRPO's held-out checks, GRPO's sampling (tiny preset) and
+the agent's episode loop.
 
 The reference system generated one prompt at a time. Here prompts are rendered with the one prompt builder
-(:func:`agentic_rl.data.formats.render_prompt`, the same one SFT and GRPO use), tokenized, sorted by length so that
-each batch holds prompts of similar length (little padding, and batches whose sequences tend to finish together),
-left-padded (decoder-only models continue from the last position, so padding must sit on the left) and generated in
-batches under ``torch.inference_mode``. Results come back in the original order.
+(:func:`agentic_rl.data.formats.render_prompt`, the same one SFT and GRPO use), tokenized, sorted by length (little
+padding), left-padded (decoder-only models continue from the last position, so padding must sit on the left) and
+generated in batches under ``torch.inference_mode``. Results come back in the original order.
+
+Two engines (:func:`generate_token_ids`):
+
+* ``compact`` (the default wherever the model allows it): the project's own decode loop. Prompts are prefilled in
+  chunks and joined into one decode batch over a KV cache allocated once; a sequence leaves the batch the step it
+  ends, so each step costs what the running sequences cost and a large batch does not wait for its longest member.
+  Evaluation completions are short and of uneven length, which is exactly where padded batches waste their work.
+* ``padded``: ``model.generate`` on padded batches (the fallback for models the loop cannot drive: encoder-decoders,
+  sliding-window or hybrid caches, forwards without ``logits_to_keep``).
+
+transformers' continuous batching (``generate_batch``, paged attention) and a static cache (with or without
+``torch.compile``) were measured against these on CPU; ``benchmarks/bench_eval.py --also ...`` reruns them.
 
 Greedy decoding is the default. ``num_samples > 1`` with ``temperature > 0`` draws that many samples per prompt
 (for pass@k); with ``temperature == 0`` every sample would be identical, so the greedy completion is generated once
@@ -14,6 +26,7 @@ top_k=20``) are overridden explicitly: what the caller asks for is what runs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +47,10 @@ class GenerationResult:
 # Device-dependent batch size
 # ---------------------------------------------------------------------------------------------------------------
 
+#: Largest batch of the compact decode loop on a CPU (memory permitting).
+CPU_COMPACT_CAP = 1024
+
+
 def _kv_bytes_per_token(model) -> int:
     """Bytes of key/value cache one token costs: 2 (K and V) x layers x kv heads x head dim x dtype size."""
     cfg = getattr(model, "config", None)
@@ -50,11 +67,12 @@ def _kv_bytes_per_token(model) -> int:
     return 2 * layers * kv_heads * head_dim * dtype_bytes
 
 
-def auto_batch_size(model, max_seq_len: int, num_prompts: int | None = None) -> int:
+def auto_batch_size(model, max_seq_len: int, num_prompts: int | None = None, *, compact: bool = False) -> int:
     """A batch size that fits the device: the KV cache of one batch may use half the free GPU memory, or 2 GiB on CPU.
 
-    Capped at 256 sequences on GPU and 128 on CPU (per-sequence cost keeps falling up to ~64-128 rows on a CPU,
-    measured on the embedded model), and at the number of sequences to generate.
+    Capped at 256 sequences on GPU and, on CPU, at 128 for padded batches (per-sequence cost keeps falling up to
+    ~64-128 rows, measured on the embedded model) or :data:`CPU_COMPACT_CAP` for the compact loop (which drops ended
+    rows, so a larger batch only saves steps), and at the number of sequences to generate.
     """
     import torch
 
@@ -64,7 +82,7 @@ def auto_batch_size(model, max_seq_len: int, num_prompts: int | None = None) -> 
         free, _ = torch.cuda.mem_get_info(device)
         budget, cap = free // 2, 256
     else:
-        budget, cap = 2 * 1024**3, 128
+        budget, cap = 2 * 1024**3, (CPU_COMPACT_CAP if compact else 128)
     size = max(1, min(cap, budget // per_seq))
     if num_prompts is not None:
         size = max(1, min(size, num_prompts))
@@ -100,9 +118,276 @@ def _eos_ids(model, tokenizer) -> list[int]:
 # Generation
 # ---------------------------------------------------------------------------------------------------------------
 
+ENGINES = ("auto", "compact", "padded")
+
+
+def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int, stop_ids: list[int], pad_id: int,
+                       temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, batch_size: int | None = None,
+                       engine: str = "auto") -> list[list[int]]:
+    """New tokens for each token context, in order, each cut just after its first stop token (kept).
+
+    The one decoding function of the project (evaluation, GRPO's held-out checks, GRPO's sampling with
+    ``generation_backend: compact`` and the agent's episode loop call it). ``temperature == 0`` decodes greedily;
+    otherwise tokens are sampled (``top_k`` 0 = no top-k filter) from torch's global random stream, which the caller
+    seeds. The model's mode is left as it is.
+
+    ``engine``: ``compact`` runs the project's decode loop (:func:`_decode_compact`), which drops ended sequences
+    from the batch, so a step costs about what the sequences still running cost; ``padded`` is ``model.generate`` on
+    padded batches, which carries finished rows to the end of the batch; ``auto`` is ``compact`` wherever the model
+    allows it (a decoder-only model with plain full-attention cache layers), else ``padded``.
+    """
+    import torch
+
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if not contexts:
+        return []
+    if any(len(c) == 0 for c in contexts):
+        raise ValueError("every context needs at least one token")
+    if engine == "auto":
+        engine = "compact" if _compact_supported(model) else "padded"
+    # Longest first: batches hold prompts of similar length (little padding), and running out of memory shows up at
+    # the first batch.
+    order = sorted(range(len(contexts)), key=lambda i: (-len(contexts[i]), i))
+    if batch_size is None:
+        longest = len(contexts[order[0]]) + max_new_tokens
+        batch_size = auto_batch_size(model, longest, len(contexts), compact=engine == "compact")
+    decode = _decode_compact if engine == "compact" else _decode_padded
+    sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k)
+    results: list[list[int]] = [[] for _ in contexts]
+    stops = set(stop_ids)
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            new = decode(model, [contexts[i] for i in idx], max_new_tokens=max_new_tokens, stop_ids=stop_ids,
+                         pad_id=pad_id, **sampling)
+            for i, ids in zip(idx, new.tolist()):  # (len(idx), <= max_new_tokens), stop-then-padding at the end
+                cut = next((k + 1 for k, t in enumerate(ids) if t in stops), len(ids))
+                results[i] = ids[:cut]
+    return results
+
+
+def _compact_supported(model) -> bool:
+    """Whether :func:`_decode_compact` can drive the model: a decoder-only model whose forward takes
+    ``position_ids``, a cache and ``logits_to_keep``, and whose cache is all full-attention layers."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wrappers
+    config = getattr(base, "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False) or _cache_keyword(model) is None:
+        return False
+    try:
+        cache = DynamicCache(config=config)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+def _cache_keyword(model) -> str | None:
+    """The forward's name for the KV cache (``cache`` since transformers 5.24, ``past_key_values`` before), or None
+    when the forward lacks it, ``position_ids`` or ``logits_to_keep``."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        params = set(inspect.signature(base.forward).parameters)
+    except (TypeError, ValueError):
+        return None
+    if not {"position_ids", "logits_to_keep"} <= params:
+        return None
+    return next((name for name in ("cache", "past_key_values") if name in params), None)
+
+
+def _left_pad(contexts: list[list[int]], pad_id: int):
+    """(input_ids, attention_mask), both (B, longest): [pad ... pad, tokens]; decoder-only models continue from the
+    last position, so padding must sit on the left."""
+    import torch
+
+    width = max(len(c) for c in contexts)
+    input_ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(contexts), width), dtype=torch.long)
+    for row, ids in enumerate(contexts):
+        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        attention[row, width - len(ids):] = 1
+    return input_ids, attention
+
+
+def _decode_padded(model, contexts, *, max_new_tokens, stop_ids, pad_id, temperature, top_p, top_k):
+    """``model.generate`` on one left-padded batch; returns the new tokens (B, generated) on the CPU."""
+    input_ids, attention = _left_pad(contexts, pad_id)
+    device = _model_device(model)
+    sampling = temperature > 0
+    out = model.generate(
+        input_ids=input_ids.to(device), attention_mask=attention.to(device), max_new_tokens=max_new_tokens,
+        do_sample=sampling, eos_token_id=stop_ids or None, pad_token_id=pad_id,
+        # Trainers switch the KV cache off for gradient checkpointing (config.use_cache=False); generation needs it.
+        use_cache=True,
+        # Neutral values unless sampling was asked for: the model's own generation_config must not leak in.
+        # top_k=0 turns top-k off when sampling (the global default is 50); greedy ignores it, 50 avoids a warning.
+        temperature=temperature if sampling else 1.0, top_p=top_p if sampling else 1.0,
+        top_k=top_k if sampling else 50, repetition_penalty=1.0)
+    return out[:, input_ids.shape[1]:].cpu()
+
+
+#: Prompts prefilled per forward pass by the compact loop on a CPU: a prefill of the whole batch at once moves
+#: activations too large for the CPU's caches (and pads every prompt to the longest); chunks of length-sorted prompts
+#: do not. On an accelerator the whole batch is prefilled at once.
+PREFILL_CHUNK = 16
+#: Ended sequences leave the batch once they are at least 1/REMOVE_FRACTION of it (until then they ride along):
+#: each removal copies the whole cache, which costs more than a few rows of computation.
+REMOVE_FRACTION = 8
+
+
+def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temperature, top_p, top_k):
+    """A decode loop that removes ended sequences from the batch; returns (B, max_new_tokens) new tokens on the CPU,
+    ``pad_id`` after a sequence's stop token. ``contexts`` come longest first.
+
+    Same arithmetic per sequence as ``model.generate``: left padding hidden by the attention mask, positions counted
+    from each sequence's first real token, logits of the last position only, argmax (or temperature, top-k, top-p,
+    multinomial). Differences, all for speed: distinct prompts are prefilled once each, in chunks of
+    :data:`PREFILL_CHUNK`, and their caches joined (left-padded to the longest prompt) into one decode batch; the KV
+    cache is allocated once for the whole generation instead of growing by concatenation every step; and ended
+    sequences leave the batch (once they are 1/:data:`REMOVE_FRACTION` of it: a removal copies the cache), where
+    ``generate`` keeps computing finished rows until the longest one ends.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    device = _model_device(model)
+    width = max(len(c) for c in contexts)
+    cache = DynamicCache(config=model.config)
+    layer_class = _preallocated_layer_class()
+    cache.layers = [layer_class(width + max_new_tokens) for _ in cache.layers]
+    cache_keyword = _cache_keyword(model) or "past_key_values"
+    attention = torch.zeros((len(contexts), width), dtype=torch.long, device=device)
+    last_position = torch.empty(len(contexts), dtype=torch.long, device=device)
+    logits = []
+    # --- prefill, chunk by chunk, each distinct context once (GRPO and pass@k repeat every prompt); each chunk's
+    # cache lands right-aligned in the rows of the joint one that hold its contexts ---------------------------------
+    distinct: dict[tuple[int, ...], int] = {}
+    owner = torch.tensor([distinct.setdefault(tuple(c), len(distinct)) for c in contexts], device=device)  # (B,)
+    unique = [list(c) for c in distinct]  # longest first, like contexts
+    logits = None
+    chunk_size = PREFILL_CHUNK if device.type == "cpu" else len(unique)  # an accelerator wants large batches
+    for start in range(0, len(unique), chunk_size):
+        chunk = unique[start:start + chunk_size]
+        input_ids, chunk_attention = (t.to(device) for t in _left_pad(chunk, pad_id))
+        positions = (chunk_attention.cumsum(-1) - 1).clamp(min=0)  # (b, w): 0 at the first real token
+        chunk_cache = DynamicCache(config=model.config)
+        out = model(input_ids=input_ids, attention_mask=chunk_attention, position_ids=positions, use_cache=True,
+                    logits_to_keep=1, **{cache_keyword: chunk_cache})
+        rows = ((owner >= start) & (owner < start + len(chunk))).nonzero().squeeze(1)  # joint rows of this chunk
+        source = owner[rows] - start  # their row in the chunk
+        for layer, chunk_layer in zip(cache.layers, chunk_cache.layers):
+            layer.write_rows(rows, chunk_layer.keys[source], chunk_layer.values[source], len(contexts), width)
+        attention[rows, width - input_ids.shape[1]:] = chunk_attention[source]
+        last_position[rows] = positions[source, -1]
+        if logits is None:
+            logits = out.logits.new_empty((len(contexts), out.logits.shape[-1]))  # (B, vocab)
+        logits[rows] = out.logits[source, -1, :]
+    for layer in cache.layers:
+        layer.length = width
+    # --- decode ------------------------------------------------------------------------------------------------------
+    rows = torch.arange(len(contexts), device=device)  # original row of each sequence in the batch
+    running = torch.ones(len(contexts), dtype=torch.bool, device=device)  # (batch,): not ended yet
+    new = torch.full((len(contexts), max_new_tokens + 1), pad_id, dtype=torch.long, device=device)
+    stops = torch.tensor(stop_ids, dtype=torch.long, device=device)
+    for step in range(max_new_tokens):
+        tokens = _next_tokens(logits, temperature, top_p, top_k)
+        # Rows that ended earlier write to the spare last column, which is dropped.
+        new[rows, torch.where(running, step, max_new_tokens)] = tokens
+        if step == max_new_tokens - 1:
+            break
+        running &= ~torch.isin(tokens, stops)
+        ended = len(running) - int(running.sum())
+        if ended == len(running):
+            break
+        if ended * REMOVE_FRACTION >= len(running):  # removal copies the cache: not for every single row
+            keep = running.nonzero().squeeze(1)
+            cache.batch_select_indices(keep)
+            rows, tokens, attention, last_position = rows[keep], tokens[keep], attention[keep], last_position[keep]
+            running = running[keep]
+        attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=1)
+        last_position = last_position + 1
+        logits = model(input_ids=tokens[:, None], attention_mask=attention, position_ids=last_position[:, None],
+                       use_cache=True, logits_to_keep=1, **{cache_keyword: cache}).logits[:, -1, :]  # (running, V)
+    return new[:, :max_new_tokens].cpu()
+
+
+@functools.lru_cache(maxsize=None)
+def _preallocated_layer_class():
+    """The compact loop's cache layer class, defined on first use (this module imports transformers lazily)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        """A full-attention cache layer with room for ``capacity`` positions, allocated when the first keys arrive:
+        ``update`` writes the new keys and values in place and returns views of the filled part."""
+
+        def __init__(self, capacity: int):
+            super().__init__()
+            self.capacity, self.length = capacity, 0
+            self.key_buffer = self.value_buffer = None
+
+        def write_rows(self, rows, keys, values, batch: int, width: int) -> None:
+            """Prefill: put (len(rows), heads, w, dim) keys and values right-aligned at ``width`` in ``rows``."""
+            import torch
+
+            if self.key_buffer is None:
+                shape = (batch, keys.shape[1], self.capacity, keys.shape[3])
+                # Zeros, not empty: padding positions are masked, but 0 x NaN garbage would still be NaN.
+                self.key_buffer = torch.zeros(shape, dtype=keys.dtype, device=keys.device)
+                self.value_buffer = torch.zeros(shape, dtype=values.dtype, device=values.device)
+                self.device, self.is_initialized = keys.device, True
+            self.key_buffer[rows, :, width - keys.shape[2]:width] = keys
+            self.value_buffer[rows, :, width - values.shape[2]:width] = values
+            self._refresh()
+
+        def _refresh(self) -> None:
+            self.keys = self.key_buffer[:, :, :self.length]
+            self.values = self.value_buffer[:, :, :self.length]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            n = key_states.shape[-2]
+            self.key_buffer[:, :, self.length:self.length + n] = key_states
+            self.value_buffer[:, :, self.length:self.length + n] = value_states
+            self.length += n
+            self._refresh()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def batch_select_indices(self, indices) -> None:
+            self.key_buffer = self.key_buffer.index_select(0, indices)
+            self.value_buffer = self.value_buffer.index_select(0, indices)
+            self._refresh()
+
+    return PreallocatedLayer
+
+
+def _next_tokens(logits, temperature: float, top_p: float, top_k: int):
+    """Greedy argmax, or a draw after temperature, top-k and top-p filtering (``generate``'s order and rules)."""
+    import torch
+
+    if temperature <= 0:
+        return logits.argmax(-1)
+    scores = logits.float() / temperature
+    if top_k and 0 < top_k < scores.shape[-1]:
+        kth = torch.topk(scores, top_k, dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, sorted_idx = torch.sort(scores, descending=False)
+        cumulative = sorted_scores.softmax(-1).cumsum(-1)
+        drop = cumulative <= (1 - top_p)
+        drop[:, -1:] = False  # always keep the most likely token
+        scores = scores.masked_fill(drop.scatter(1, sorted_idx, drop), float("-inf"))
+    return torch.multinomial(scores.softmax(-1), num_samples=1).squeeze(1)
+
+
 def generate_batched(model, tokenizer, prompts: list[list[dict[str, str]]], *, max_new_tokens: int,
                      batch_size: int | None = None, temperature: float = 0.0, top_p: float = 1.0,
-                     num_samples: int = 1, seed: int = 0, enable_thinking: bool = False,
+                     num_samples: int = 1, seed: int = 0, enable_thinking: bool = False, engine: str = "auto",
                      ) -> list[list[GenerationResult]]:
     """Generate ``num_samples`` completions for each conversational prompt; returns one list per prompt, in order.
 
@@ -111,7 +396,8 @@ def generate_batched(model, tokenizer, prompts: list[list[dict[str, str]]], *, m
         results = generate_batched(model, tok, [build_prompt("What is 2 + 3?")], max_new_tokens=32)
         results[0][0]  # GenerationResult(text='2 + 3 = 5\\nFinal Answer: 5', num_tokens=12, truncated=False)
 
-    The model is put in eval mode for the call and returned to the mode it was in (training loops call this).
+    ``engine`` is :func:`generate_token_ids`'s. The model is put in eval mode for the call and returned to the mode
+    it was in (training loops call this).
     """
     import torch
 
@@ -125,28 +411,13 @@ def generate_batched(model, tokenizer, prompts: list[list[dict[str, str]]], *, m
     texts = [render_prompt(tokenizer, messages, enable_thinking=enable_thinking) for messages in prompts]
     # Chat templates already hold any BOS token; adding special tokens again would double it.
     encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    order = sorted(range(len(encoded)), key=lambda i: (-len(encoded[i]), i))  # longest first: OOM shows up at once
-
-    device = _model_device(model)
-    if batch_size is None:
-        longest = max(len(e) for e in encoded) + max_new_tokens
-        batch_size = max(1, auto_batch_size(model, longest, len(encoded) * draws) // draws)
+    contexts = [ids for ids in encoded for _ in range(draws)]  # one prompt's samples are adjacent
     eos_ids = _eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
         pad_id = eos_ids[0] if eos_ids else 0
-    gen_kwargs: dict[str, Any] = dict(
-        max_new_tokens=max_new_tokens, do_sample=sampling, num_return_sequences=draws,
-        eos_token_id=eos_ids or None, pad_token_id=pad_id,
-        # Trainers switch the KV cache off for gradient checkpointing (config.use_cache=False); generation needs it.
-        use_cache=True,
-        # Neutral values unless sampling was asked for: the model's own generation_config must not leak in.
-        # top_k=0 turns top-k off when sampling (the global default is 50); greedy ignores it, 50 avoids a warning.
-        temperature=temperature if sampling else 1.0, top_p=top_p if sampling else 1.0, top_k=0 if sampling else 50,
-        repetition_penalty=1.0,
-    )
 
-    results: list[list[GenerationResult] | None] = [None] * len(prompts)
+    device = _model_device(model)
     was_training = getattr(model, "training", False)
     model.eval()
     # Sampling is seeded, and the caller's random streams are restored afterwards (a training loop that evaluates
@@ -156,28 +427,17 @@ def generate_batched(model, tokenizer, prompts: list[list[dict[str, str]]], *, m
         with torch.random.fork_rng(devices=cuda, enabled=sampling):
             if sampling:
                 torch.manual_seed(seed)
-            for start in range(0, len(order), batch_size):
-                idx = order[start:start + batch_size]
-                width = max(len(encoded[i]) for i in idx)
-                # Left padding: [pad ... pad, prompt tokens]; the attention mask hides the pads.
-                input_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-                attention = torch.zeros((len(idx), width), dtype=torch.long)
-                for row, i in enumerate(idx):
-                    ids = encoded[i]
-                    input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-                    attention[row, width - len(ids):] = 1
-                with torch.inference_mode():
-                    out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                         **gen_kwargs)
-                new = out[:, width:].cpu()  # (len(idx) * draws, generated): one prompt's samples are adjacent
-                for row, i in enumerate(idx):
-                    samples = [_decode(tokenizer, new[row * draws + d].tolist(), eos_ids, max_new_tokens)
-                               for d in range(draws)]
-                    results[i] = samples if sampling else samples * num_samples
+            new = generate_token_ids(model, contexts, max_new_tokens=max_new_tokens, stop_ids=eos_ids,
+                                     pad_id=pad_id, temperature=temperature, top_p=top_p, top_k=0,
+                                     batch_size=batch_size * draws if batch_size else None, engine=engine)
     finally:
         if was_training:
             model.train()
-    return results  # type: ignore[return-value]
+    results = []
+    for p in range(len(prompts)):
+        samples = [_decode(tokenizer, new[p * draws + d], eos_ids, max_new_tokens) for d in range(draws)]
+        results.append(samples if sampling else samples * num_samples)
+    return results
 
 
 def _decode(tokenizer, ids: list[int], eos_ids: list[int], max_new_tokens: int) -> GenerationResult:
