@@ -380,7 +380,7 @@ def test_book_keys_errors(tmp_path):
         ({"action": "train", "model_name": "m", "use_wandb": True, "report_to": "none"}, "not both"),
         ({"action": "evaluate", "model_path": "m", "model": "m"}, "give 'model_path'"),
         ({"action": "load_dataset", "format": "sft", "model_nam": "m"}, "unknown load_dataset key 'model_nam'"),
-        ({"action": "TRAIN", "algorithm": "PPO"}, "one of sft, grpo; got 'ppo'"),   # lower-cased as the book does
+        ({"action": "TRAIN", "algorithm": "PPO"}, "one of sft, grpo, rloo; got 'ppo'"),   # lower-cased as the book does
     ]
     for params, message in cases:
         result = _call(tool, **params)
