@@ -430,8 +430,9 @@ def test_a_diverging_trial_is_failed_and_the_search_goes_on(tiny_model_dir, tmp_
 
 
 def test_two_studies_share_one_output_directory(tiny_model_dir, tmp_path):
-    """Trial numbers restart at 0 in each study; each study's trials get their own folder, so the second study does
-    not meet the first one's finished trials/0 (which run safety refuses to overwrite)."""
+    """Trial numbers restart at 0 in each study; each study's trials get their own folder, so a second study (another
+    name, or the same name after study.db was deleted) does not meet the first one's finished trials/0 (which run
+    safety refuses to overwrite)."""
     from optuna.trial import TrialState
 
     from agentic_rl.tune import run
@@ -439,9 +440,13 @@ def test_two_studies_share_one_output_directory(tiny_model_dir, tmp_path):
     out = tmp_path / "search"
     for name in ("lr-small", "lr-large"):
         run(_tiny_sft_tune(tiny_model_dir, out, study_name=name, trials=1, budget_steps=1))
-    for name in ("lr-small", "lr-large"):
         assert [t.state for t in _trials(out, name)] == [TrialState.COMPLETE]
-        assert json.loads((out / "trials" / name / "0" / "tune_score.json").read_text())["trial"] == 0
+    (out / "study.db").unlink()
+    run(_tiny_sft_tune(tiny_model_dir, out, study_name="lr-small", trials=1, budget_steps=1))
+    assert [t.state for t in _trials(out, "lr-small")] == [TrialState.COMPLETE]
+    for folder in ("lr-small", "lr-large", "lr-small-2"):  # each study's run kept, none overwritten
+        assert json.loads((out / "trials" / folder / "0" / "tune_score.json").read_text())["trial"] == 0
+    assert sorted(p.name for p in (out / "trials").iterdir()) == ["lr-large", "lr-small", "lr-small-2"]
     with pytest.raises(ConfigError, match="study_name 'a/b' must be a plain folder name"):
         TuneConfig(study_name="a/b")
 

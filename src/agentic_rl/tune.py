@@ -41,7 +41,8 @@ Outputs in the run directory: ``trials.csv`` and ``report.md`` (a table of trial
 config: ``agentic-rl sft|grpo --config best_<stage>.yaml`` reruns it) and ``best_pipeline.yaml`` (the same settings as
 a pipeline section: ``agentic-rl pipeline --config best_pipeline.yaml``), ``trials/<study>/<n>/`` (each trial's stage
 run: config, metrics, logs, ``tune_score.json``; its weights only with ``keep_models``; one folder per study, since
-trial numbers restart at 0 in each), ``study.db`` (the study).
+trial numbers restart at 0 in each: a study created where its name's folder is taken gets ``<study>-2``),
+``study.db`` (the study).
 
 Held-out problems come from ``eval_split`` of the stage's dataset (default ``test``: use a validation split where
 the dataset has one, so that the final test score is not the one the search optimised).
@@ -759,13 +760,25 @@ def _drop_weights(trial_dir: Path) -> None:
             shutil.rmtree(child, ignore_errors=True)
 
 
-def trials_dir_of(config: TuneConfig, out: Path) -> Path:
-    """``<out>/trials/<study_name>``: trial numbers restart at 0 in every study, so each study has its own folder."""
-    return out / "trials" / str(config.study_name)
+def study_trials_dir(config: TuneConfig, url: str, out: Path) -> Path:
+    """The study's own folder of trial runs, ``<out>/trials/<study_name>``, recorded in the study so that every worker
+    and every resumed run uses it. Trial numbers restart at 0 in each study, so a study created anew (another name, or
+    the same name after study.db was deleted) never reuses another study's folder: it gets ``<study_name>-2``, ...
+    """
+    with _budget_lock(url):  # two workers creating the study at once must agree on the folder
+        study = open_study(config, url)
+        name = study.user_attrs.get("trials_folder")
+        if name is None:
+            name, n = str(config.study_name), 1
+            while (out / "trials" / name).exists() and any((out / "trials" / name).iterdir()):
+                n += 1
+                name = f"{config.study_name}-{n}"
+            study.set_user_attr("trials_folder", name)
+    return out / "trials" / name
 
 
 def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any], base: dict[str, Any],
-                   out: Path, keep_models: bool = False) -> Objective:
+                   trials_dir: Path, keep_models: bool = False) -> Objective:
     """The stage objective: resolve the trial's stage config, train (with the pruning callback), score."""
     import optuna
 
@@ -776,7 +789,7 @@ def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any],
              "pruning is off")
 
     def objective(trial, params: dict[str, Any]) -> float:
-        trial_dir = trials_dir_of(config, out) / str(trial.number)
+        trial_dir = trials_dir / str(trial.number)
         stage_cfg = build_stage_config(cls, base, params, trial_dir, where=f"trial {trial.number}")
         trial.set_user_attr("stage_config", config_to_dict(stage_cfg))
         if "rows" not in cache:
@@ -791,7 +804,11 @@ def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any],
                 kwargs["callbacks"] = [callback]
         try:
             result = stage_run(stage_cfg, **kwargs)
-            model_dir = result["model_dir"] if isinstance(result, dict) else str(result)
+        except BaseException:  # nothing of ours to clean: a refused directory may hold another run's weights
+            free_memory()
+            raise
+        model_dir = result["model_dir"] if isinstance(result, dict) else str(result)
+        try:
             if callback is not None and callback.pruned_at is not None:
                 raise optuna.TrialPruned(f"pruned at step {callback.pruned_at}")
             value, metrics = score_model(config, stage_cfg, model_dir, cache["rows"])
@@ -833,8 +850,9 @@ def run(config: TuneConfig) -> dict[str, Any]:
     (out / "tune_config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
     log(f"tune {config.stage}: {config.search} search over {', '.join(space)}; {n_trials} trials in study "
         f"{config.study_name!r} at {url}")
-    objective = make_objective(config, cls, stage_run, base, out, keep_models=config.keep_models)
-    worker = optimize(config, space, objective, url, n_trials, trials_dir=trials_dir_of(config, out))
+    trials_dir = study_trials_dir(config, url, out)
+    objective = make_objective(config, cls, stage_run, base, trials_dir, keep_models=config.keep_models)
+    worker = optimize(config, space, objective, url, n_trials, trials_dir=trials_dir)
     result = write_outputs(config, worker["study"], out)
     result["ran_here"] = worker["ran"]
     if "best_value" in result:
