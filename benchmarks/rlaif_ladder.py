@@ -4,7 +4,10 @@ verifiable reward, both evaluated on the same held-out problems. No network.
     .venv/bin/python benchmarks/rlaif_ladder.py --sft-model runs/quickstart/sft/merged --out runs/rlaif-seed0
     .venv/bin/python benchmarks/rlaif_ladder.py --seed 1     # builds its own small SFT model first (MINI_BASE)
 
-Steps (each a stage function, outputs under --out):
+Steps (each a stage function, outputs under --out, default ``runs/rlaif-ladder-seed<N>``). Running the same command
+again skips the steps that finished with the same settings (recorded in ``<out>/ladder_stages.json``) and continues
+with the rest; a step whose settings changed meets its earlier run and stops, as any stage does, unless
+``--overwrite`` is given (every step is then run again and replaces its outputs).
 
 0. Without ``--sft-model``: the embedded pipeline's pretrain + SFT at the size of :data:`MINI_BASE` (the micro model,
    a few minutes on one core) into ``runs/rlaif-base-seed<N>``; it gets only ~1-2 % of the test problems right, so
@@ -28,6 +31,7 @@ nothing right every preference pair is a formatting judgement only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -38,11 +42,12 @@ from agentic_rl.data.preferences import run as run_preferences
 from agentic_rl.eval.evaluate import EvalConfig
 from agentic_rl.eval.evaluate import run as run_eval
 from agentic_rl.pipeline import PipelineConfig, run_pipeline
+from agentic_rl.runs import differing_keys, settings_of
 from agentic_rl.train.grpo import GRPOConfig
 from agentic_rl.train.grpo import run as run_grpo
 from agentic_rl.train.reward_model import RewardModelConfig
 from agentic_rl.train.reward_model import run as run_reward_model
-from agentic_rl.utils import free_memory, read_json, read_jsonl, write_json
+from agentic_rl.utils import free_memory, log, read_json, read_jsonl, write_json
 
 
 #: The small SFT model built when no --sft-model is given: the smoke quickstart's micro model, trained longer.
@@ -78,8 +83,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sft-model", help="the SFT model directory (e.g. runs/quickstart/sft/merged); default: "
                         "build MINI_BASE into runs/rlaif-base-seed<seed>")
-    parser.add_argument("--out", default="runs/rlaif-ladder")
+    parser.add_argument("--out", help="output folder (default: runs/rlaif-ladder-seed<seed>)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="run every step again, replacing the outputs of an earlier run in --out (without it, "
+                             "steps that finished with the same settings are skipped)")
     parser.add_argument("--system-prompt", default="", help="as the SFT stage used ('' for the embedded quickstart)")
     parser.add_argument("--prompts", type=int, default=256, help="training prompts for the preference data")
     parser.add_argument("--k", type=int, default=4, help="completions sampled per prompt")
@@ -98,20 +106,36 @@ def main() -> None:
         report(args.report)
         return
 
-    out = Path(args.out)
+    out = Path(args.out or f"runs/rlaif-ladder-seed{args.seed}")
     started = time.time()
     timings: dict[str, float] = {}
+    done_path = out / "ladder_stages.json"
+    done = read_json(done_path) if done_path.is_file() else {}
 
-    def timed(name, fn, *a):
+    def timed(name, fn, config):
+        """Run one step, or reuse its recorded result when it finished before with the same settings."""
+        earlier = done.get(name)
+        if (earlier is not None and not args.overwrite and Path(config.output_dir).is_dir()
+                and not differing_keys(earlier["settings"], settings_of(config))):
+            log(f"{name}: finished in an earlier run with the same settings, skipping (--overwrite runs it again)")
+            timings[name] = earlier["wall_time_s"]
+            return earlier["result"]
+        if args.overwrite and hasattr(config, "overwrite"):
+            config = dataclasses.replace(config, overwrite=True)
         t = time.time()
-        result = fn(*a)
+        result = fn(config)
         timings[name] = round(time.time() - t, 1)
         free_memory()
+        done[name] = {"settings": settings_of(config), "result": result, "wall_time_s": timings[name]}
+        write_json(done_path, done)
         return result
 
     if not args.sft_model:
         name = f"rlaif-base-seed{args.seed}"
-        timed("base", run_pipeline, config_from_dict(PipelineConfig, {**MINI_BASE, "name": name, "seed": args.seed}))
+        t = time.time()  # the pipeline skips its own finished stages
+        run_pipeline(config_from_dict(PipelineConfig, {**MINI_BASE, "name": name, "seed": args.seed}))
+        timings["base"] = round(time.time() - t, 1)
+        free_memory()
         args.sft_model = str(Path("runs") / name / "sft" / "merged")
     common = {"seed": args.seed, "system_prompt": args.system_prompt}
     pref = timed("preferences", run_preferences, config_from_dict(PreferencesConfig, dict(

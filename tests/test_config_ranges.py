@@ -112,6 +112,11 @@ RANGE_CASES = [
     ("data", "n", 0), ("data", "synthetic_train_size", 0), ("data", "min_steps", 0), ("data", "max_steps", 0),
     ("data", "seed", -1), ("data", "max_samples", 0),
     ("reward", "limit", 0),
+    ("preferences", "seed", -1), ("preferences", "num_samples", 1), ("preferences", "temperature", 0.0),
+    ("preferences", "top_p", 1.5), ("preferences", "max_new_tokens", 0), ("preferences", "max_samples", 0),
+    ("preferences", "batch_size", 0), ("preferences", "min_margin", -0.1), ("preferences", "synthetic_train_size", 0),
+    ("compare", "seed", -5), ("compare", "bootstrap_samples", 99),
+    ("agent-grpo", "num_generations", 0), ("agent-grpo", "num_generations", 1),
 ]
 
 

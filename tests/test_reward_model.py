@@ -266,7 +266,7 @@ def test_preferences_writes_pairs_whose_chosen_outscores_rejected(tiny_model_dir
 def test_preferences_config_needs_two_samples_and_sampling():
     from agentic_rl.data.preferences import PreferencesConfig
 
-    with pytest.raises(ConfigError, match="num_samples \\(1\\) must be >= 2"):
+    with pytest.raises(ConfigError, match="^num_samples must be >= 2, got 1$"):
         PreferencesConfig(model="m", num_samples=1)
-    with pytest.raises(ConfigError, match="temperature \\(0.0\\) must be > 0"):
+    with pytest.raises(ConfigError, match="^temperature must be > 0, got 0.0$"):
         PreferencesConfig(model="m", temperature=0.0)

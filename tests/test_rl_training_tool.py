@@ -172,6 +172,20 @@ def test_train_sft_then_grpo_honours_every_given_hyper_parameter(tiny_model_dir,
     assert status["runs"][0]["model_dir"] == sft["model_dir"]
 
 
+def test_train_rloo_is_the_grpo_stage_with_the_rloo_update(tiny_model_dir, tmp_path):
+    """The tool's 'algorithm' key shadows GRPOConfig.algorithm: 'rloo' must reach the GRPO stage as that field."""
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    result = _call(tool, action="train", algorithm="rloo", model=str(tiny_model_dir), dataset="synthetic",
+                   rewards=["accuracy:1.0"], max_steps=1, num_generations=2, batch_size=2,
+                   gradient_accumulation_steps=1, max_completion_length=6, max_train_samples=4, heldout_every=0,
+                   report_to=["none"])
+    assert result["status"] == "success", result
+    assert result["run"] == "rloo_1" and result["algorithm"] == "rloo" and result["metrics"]["steps"] == 1
+    written = yaml.safe_load((Path(result["output_dir"]) / "config.yaml").read_text())
+    assert written["algorithm"] == "rloo"
+    assert _call(tool, action="status")["runs"][0]["algorithm"] == "rloo"
+
+
 def test_plain_class_without_hello_agents(tmp_path):
     code = (
         "import sys, json; sys.modules['hello_agents'] = None\n"
@@ -366,7 +380,7 @@ def test_book_keys_errors(tmp_path):
         ({"action": "train", "model_name": "m", "use_wandb": True, "report_to": "none"}, "not both"),
         ({"action": "evaluate", "model_path": "m", "model": "m"}, "give 'model_path'"),
         ({"action": "load_dataset", "format": "sft", "model_nam": "m"}, "unknown load_dataset key 'model_nam'"),
-        ({"action": "TRAIN", "algorithm": "PPO"}, "one of sft, grpo; got 'ppo'"),   # lower-cased as the book does
+        ({"action": "TRAIN", "algorithm": "PPO"}, "one of sft, grpo, rloo; got 'ppo'"),   # lower-cased as the book does
     ]
     for params, message in cases:
         result = _call(tool, **params)

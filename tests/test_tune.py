@@ -368,6 +368,90 @@ def test_median_pruner_stops_trials_below_the_median(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Real SFT trials in this process: a diverging trial, two studies in one run directory
+# ---------------------------------------------------------------------------------------------------------------
+
+def _tiny_sft_tune(tiny_model_dir, out: Path, **overrides) -> TuneConfig:
+    spec = {"stage": "sft", "search": "grid", "seed": 0, "output_dir": str(out),
+            "space": {"learning_rate": [1e-3, 2e-3]}, "prune": False, "budget_steps": 3, "eval_samples": 1,
+            "max_new_tokens": 2, "fixed": {"model": str(tiny_model_dir), "max_samples": 8, "batch_size": 2,
+                                           "report_to": "none", "save_steps": 1, "max_length": 128}}
+    return TuneConfig(**{**spec, **overrides})
+
+
+def test_a_diverging_trial_is_failed_and_the_search_goes_on(tiny_model_dir, tmp_path, monkeypatch):
+    """Trial 1's weights turn NaN after its second update (as a diverged step leaves them): the stage's guard raises
+    TrainingError at the end of training. The search records the trial as failed with the message, drops its
+    checkpoint, runs the rest, and a re-run does not retry it."""
+    import torch
+    from optuna.trial import TrialState
+    from transformers import TrainerCallback
+
+    from agentic_rl import tune
+
+    class PoisonAfterStep2(TrainerCallback):
+        def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+            if state.global_step == 1:  # the second update (global_step counts a step once it has ended)
+                with torch.no_grad():
+                    next(p for p in model.parameters() if p.requires_grad).view(-1)[0] = float("nan")
+
+    real_stage_class = tune.stage_class
+
+    def stage_class(stage):
+        cls, run = real_stage_class(stage)
+
+        def run_poisoning_trial_1(cfg, callbacks=None):
+            if Path(cfg.output_dir).name == "1":
+                callbacks = [*(callbacks or []), PoisonAfterStep2()]
+            return run(cfg, callbacks=callbacks)
+
+        return cls, run_poisoning_trial_1
+
+    monkeypatch.setattr(tune, "stage_class", stage_class)
+    out = tmp_path / "search"
+    config = _tiny_sft_tune(tiny_model_dir, out, space={"learning_rate": [1e-3, 2e-3, 3e-3]}, keep_models=True)
+    result = tune.run(config)  # raised TrainingError before: one diverging trial stopped the whole search
+
+    trials = {t.number: t for t in _trials(out)}
+    assert len(trials) == 3 and trials[1].state == TrialState.FAIL
+    assert trials[1].user_attrs["diverged"].startswith("training stopped at step 2: ")
+    assert trials[0].state == trials[2].state == TrialState.COMPLETE
+    assert not any("retry_of" in t.user_attrs for t in trials.values())
+    assert {t.params["learning_rate"] for t in trials.values()} == {1e-3, 2e-3, 3e-3}  # every grid point ran once
+    diverged = out / "trials" / "tune-sft" / "1"
+    assert (diverged / "config.yaml").is_file() and not (diverged / "checkpoints").exists()  # weights dropped
+    for kept in ("0", "2"):  # keep_models: the finished trials keep theirs
+        assert (out / "trials" / "tune-sft" / kept / "adapter" / "adapter_model.safetensors").is_file()
+    assert result["diverged"] == 1 and result["complete"] == 2
+    assert "- trial 1: training stopped at step 2" in (out / "report.md").read_text()
+
+    again = tune.run(config)  # the study is complete: nothing is retried
+    assert again["ran_here"] == [] and len(_trials(out)) == 3
+
+
+def test_two_studies_share_one_output_directory(tiny_model_dir, tmp_path):
+    """Trial numbers restart at 0 in each study; each study's trials get their own folder, so a second study (another
+    name, or the same name after study.db was deleted) does not meet the first one's finished trials/0 (which run
+    safety refuses to overwrite)."""
+    from optuna.trial import TrialState
+
+    from agentic_rl.tune import run
+
+    out = tmp_path / "search"
+    for name in ("lr-small", "lr-large"):
+        run(_tiny_sft_tune(tiny_model_dir, out, study_name=name, trials=1, budget_steps=1))
+        assert [t.state for t in _trials(out, name)] == [TrialState.COMPLETE]
+    (out / "study.db").unlink()
+    run(_tiny_sft_tune(tiny_model_dir, out, study_name="lr-small", trials=1, budget_steps=1))
+    assert [t.state for t in _trials(out, "lr-small")] == [TrialState.COMPLETE]
+    for folder in ("lr-small", "lr-large", "lr-small-2"):  # each study's run kept, none overwritten
+        assert json.loads((out / "trials" / folder / "0" / "tune_score.json").read_text())["trial"] == 0
+    assert sorted(p.name for p in (out / "trials").iterdir()) == ["lr-large", "lr-small", "lr-small-2"]
+    with pytest.raises(ConfigError, match="study_name 'a/b' must be a plain folder name"):
+        TuneConfig(study_name="a/b")
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Real trials: SFT on the tiny model, two workers at once, then the best YAML rerun
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -421,7 +505,7 @@ def test_two_sft_workers_then_the_best_yaml_reproduces_its_trial(tmp_path, tiny_
                  "--output-dir", str(tmp_path / "rerun")]
     proc = subprocess.run(rerun_cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    trial_dir = out / "trials" / str(best.number)
+    trial_dir = out / "trials" / "tune-sft" / str(best.number)
     original = load_file(str(trial_dir / "adapter" / "adapter_model.safetensors"))
     again = load_file(str(tmp_path / "rerun" / "adapter" / "adapter_model.safetensors"))
     assert original.keys() == again.keys()
@@ -448,7 +532,7 @@ _SFT_WORKER_KILLED_IN_TRIAL_0 = textwrap.dedent("""
     def stage_class(stage):
         cls, run = real_stage_class(stage)
         def run_and_die_in_trial_0(cfg, callbacks=None):
-            if Path(cfg.output_dir).parts[-2:] == ("trials", "0"):
+            if Path(cfg.output_dir).parts[-3:] == ("trials", "tune-sft", "0"):
                 callbacks = [*(callbacks or []), DieAfterCheckpoint()]
             return run(cfg, callbacks=callbacks)
         return cls, run_and_die_in_trial_0
@@ -478,7 +562,8 @@ def test_real_sft_trial_killed_mid_training_is_cleaned_and_rerun(tmp_path, tiny_
     killed = subprocess.run([sys.executable, "-c", _SFT_WORKER_KILLED_IN_TRIAL_0, str(config_path)], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=600)
     assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
-    assert (out / "trials" / "0" / "checkpoints" / "checkpoint-1").is_dir()  # weights were on disk when it died
+    # weights were on disk when it died
+    assert (out / "trials" / "tune-sft" / "0" / "checkpoints" / "checkpoint-1").is_dir()
 
     again = subprocess.run([sys.executable, "-m", "agentic_rl", "tune", "--config", str(config_path)], cwd=tmp_path,
                            env=env, capture_output=True, text=True, timeout=600)
@@ -486,7 +571,8 @@ def test_real_sft_trial_killed_mid_training_is_cleaned_and_rerun(tmp_path, tiny_
     trials = {t.number: t for t in _trials(out)}
     assert trials[0].state == TrialState.FAIL and trials[1].state == TrialState.COMPLETE and len(trials) == 2
     assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
-    assert not any((out / "trials" / "0" / name).exists() for name in ("checkpoints", "adapter", "merged"))
-    assert (out / "trials" / "0" / "config.yaml").is_file()       # what the trial was stays readable
-    assert (out / "trials" / "1" / "adapter" / "adapter_model.safetensors").is_file()  # the finished one keeps its
+    trials_dir = out / "trials" / "tune-sft"
+    assert not any((trials_dir / "0" / name).exists() for name in ("checkpoints", "adapter", "merged"))
+    assert (trials_dir / "0" / "config.yaml").is_file()       # what the trial was stays readable
+    assert (trials_dir / "1" / "adapter" / "adapter_model.safetensors").is_file()  # the finished one keeps its
     assert "1 complete, 0 pruned of 2 trials" in (out / "report.md").read_text()

@@ -20,22 +20,29 @@ Strategies: ``grid`` (Optuna GridSampler: exactly the Cartesian product of the v
 good vs bad trials proposes the next point). Trials share a study in an Optuna RDB storage: by default
 ``<output_dir>/study.db`` (SQLite), so re-running the same command resumes an interrupted search; any RDB URL
 (``postgresql://...``) lets several workers or machines share one study — start the same command once per worker.
-``trials`` counts finished (complete or pruned) trials of the whole study, across workers, with no trial run twice.
+``trials`` counts finished (complete, pruned or diverged) trials of the whole study, across workers, with no trial run
+twice.
 A worker that runs out of trials to start waits for those still running in other workers, so when a command returns
 the study holds its ``trials``.
 
 A worker killed mid-trial (``kill -9``, the OOM killer): its trial is marked failed — at once by a worker on the same
 machine that finds the process gone, else by any worker once the trial's heartbeat is 60 s old — the weights in its
-``trials/<n>/`` are deleted (its config and logs stay), and its parameters run again as a new trial (``retry_of`` in
-the table), at most three attempts per parameter set; after that the failure stands and another point is sampled.
+``trials/<study>/<n>/`` are deleted (its config and logs stay), and its parameters run again as a new trial
+(``retry_of`` in the table), at most three attempts per parameter set; after that the failure stands and another point
+is sampled.
 Re-running the command after a lone worker was killed resumes the same way.
+A trial whose training diverges (NaN/inf loss or weights: the stage raises ``TrainingError``) is marked failed with
+the message in its ``diverged`` attribute, its weights are deleted, and the search goes on; it counts as one of the
+``trials`` and its parameters are not run again (same seed, same divergence).
 Every trial gets the same ``seed``, so differences between trials come from the hyper-parameters.
 
 Outputs in the run directory: ``trials.csv`` and ``report.md`` (a table of trials, the best values, the plots
 ``optimization_history.png`` and ``param_importances.png``), ``best_<stage>.yaml`` (the best trial's full stage
 config: ``agentic-rl sft|grpo --config best_<stage>.yaml`` reruns it) and ``best_pipeline.yaml`` (the same settings as
-a pipeline section: ``agentic-rl pipeline --config best_pipeline.yaml``), ``trials/<n>/`` (each trial's stage run:
-config, metrics, logs, ``tune_score.json``; its weights only with ``keep_models``), ``study.db`` (the study).
+a pipeline section: ``agentic-rl pipeline --config best_pipeline.yaml``), ``trials/<study>/<n>/`` (each trial's stage
+run: config, metrics, logs, ``tune_score.json``; its weights only with ``keep_models``; one folder per study, since
+trial numbers restart at 0 in each: a study created where its name's folder is taken gets ``<study>-2``),
+``study.db`` (the study).
 
 Held-out problems come from ``eval_split`` of the stage's dataset (default ``test``: use a validation split where
 the dataset has one, so that the final test score is not the one the search optimised).
@@ -65,7 +72,7 @@ from typing import Any, Callable, Iterator
 import yaml
 
 from agentic_rl.config import SEED_RANGE, check_range, config_from_dict, config_to_dict, read_yaml
-from agentic_rl.errors import ConfigError
+from agentic_rl.errors import ConfigError, TrainingError
 from agentic_rl.utils import free_memory, log, run_dir, warn, write_json
 
 STAGES = ("sft", "grpo")
@@ -113,7 +120,8 @@ class TuneConfig:
     seed: int | None = field(default=None, metadata={
         "help": "seed of the sampler and of every trial's training (default: the base config's seed, else 0)"})
     keep_models: bool = field(default=False, metadata={
-        "help": "keep every trial's weights in trials/<n>/ (default: only configs, metrics and logs are kept)"})
+        "help": "keep every trial's weights in trials/<study>/<n>/ (default: only configs, metrics and logs are "
+                "kept)"})
 
     def __post_init__(self) -> None:
         check_range(self, ("trials", "budget_steps", "eval_samples", "prune_samples", "prune_every",
@@ -122,6 +130,10 @@ class TuneConfig:
         check_range(self, "seed", *SEED_RANGE)
         if self.study_name is None:
             self.study_name = f"tune-{self.stage}"
+        name = self.study_name
+        if not name or name in (".", "..") or any(c in name for c in "/\\\0"):  # it names the trials/<study>/ folder
+            raise ConfigError(f"study_name {name!r} must be a plain folder name (no '/', '\\', '.' or '..'): "
+                              "trials are stored under trials/<study_name>/")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -490,12 +502,21 @@ def _worker_is_gone(worker: dict[str, Any] | None) -> bool:
     return _process_start(int(worker["pid"])) != worker["started"]
 
 
-def _abandon(study, trial, trials_dir: Path | None) -> None:
-    """A failed trial whose worker died: delete the weights in its own trials/<n>/ (never anything else: only when
-    the trial recorded that very directory), then queue its parameters again."""
-    own = (trials_dir / str(trial.number)).resolve() if trials_dir is not None else None
-    if own is not None and trial.user_attrs.get("trial_dir") == str(own) and own.is_dir():
+def _drop_trial_weights(number: int, user_attrs: dict[str, Any], trials_dir: Path | None) -> Path | None:
+    """Delete the weights in trial ``number``'s own trials_dir/<n>/ (never anything else: only when the trial recorded
+    that very directory); returns the directory when it did."""
+    own = (trials_dir / str(number)).resolve() if trials_dir is not None else None
+    if own is not None and user_attrs.get("trial_dir") == str(own) and own.is_dir():
         _drop_weights(own)
+        return own
+    return None
+
+
+def _abandon(study, trial, trials_dir: Path | None) -> None:
+    """A failed trial whose worker died: delete the weights in its own trials/<study>/<n>/, then queue its
+    parameters again."""
+    own = _drop_trial_weights(trial.number, trial.user_attrs, trials_dir)
+    if own is not None:
         log(f"trial {trial.number}: its worker died; the weights in {own} are removed")
     _requeue(study, trial)
 
@@ -544,6 +565,14 @@ def _live_states():
     return (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 
 
+def _counts_towards_budget(trial) -> bool:
+    """Finished, running or queued trials count; so does a diverged one (a failure that is its parameters' result:
+    the same seed diverges again), unlike a trial whose worker died, which is redone."""
+    from optuna.trial import TrialState
+
+    return trial.state in _live_states() or (trial.state == TrialState.FAIL and "diverged" in trial.user_attrs)
+
+
 Objective = Callable[[Any, dict[str, Any]], float]
 
 
@@ -567,8 +596,8 @@ def optimize(config: TuneConfig, space: dict[str, Param], objective: Objective, 
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
     with _budget_lock(url):  # two workers creating the SQLite tables at the same instant would collide
         study = open_study(config, url, trials_dir)
-    # Trials that count towards the budget: finished (complete/pruned), running or queued; failed ones are redone.
-    live = _live_states()
+    # Trials that count towards the budget: finished (complete/pruned/diverged), running or queued; other failed
+    # ones are redone.
     ran: list[int] = []
     waiting_for: list[int] = []
     while True:
@@ -577,7 +606,7 @@ def optimize(config: TuneConfig, space: dict[str, Param], objective: Objective, 
             _fail_dead_workers(study, trials_dir)
             trials = study.get_trials(deepcopy=False)
             queued = any(t.state == TrialState.WAITING for t in trials)  # retries are counted already: run them
-            if not queued and sum(t.state in live for t in trials) >= n_trials:
+            if not queued and sum(map(_counts_towards_budget, trials)) >= n_trials:
                 running = [t.number for t in trials if t.state == TrialState.RUNNING]
                 if not running:
                     break
@@ -611,6 +640,15 @@ def optimize(config: TuneConfig, space: dict[str, Param], objective: Objective, 
                 trial.set_user_attr("duration_s", round(time.time() - started, 1))
                 study.tell(trial, state=TrialState.PRUNED)
                 log(f"trial {trial.number}: pruned after {time.time() - started:.0f}s")
+                continue
+            except TrainingError as exc:  # the run diverged (NaN/inf): a result of these parameters, not a crash
+                trial.set_user_attr("duration_s", round(time.time() - started, 1))
+                trial.set_user_attr("diverged", str(exc))
+                study.tell(trial, state=TrialState.FAIL)
+                warn(f"trial {trial.number} diverged, recorded as failed: {exc}")
+                own = _drop_trial_weights(trial.number, trial.user_attrs, trials_dir)
+                if own is not None:
+                    log(f"trial {trial.number}: the weights in {own} are removed")
                 continue
             except BaseException:  # an error or Ctrl-C: record it, queue the parameters for the resumed search
                 study.tell(trial, state=TrialState.FAIL)
@@ -722,8 +760,25 @@ def _drop_weights(trial_dir: Path) -> None:
             shutil.rmtree(child, ignore_errors=True)
 
 
+def study_trials_dir(config: TuneConfig, url: str, out: Path) -> Path:
+    """The study's own folder of trial runs, ``<out>/trials/<study_name>``, recorded in the study so that every worker
+    and every resumed run uses it. Trial numbers restart at 0 in each study, so a study created anew (another name, or
+    the same name after study.db was deleted) never reuses another study's folder: it gets ``<study_name>-2``, ...
+    """
+    with _budget_lock(url):  # two workers creating the study at once must agree on the folder
+        study = open_study(config, url)
+        name = study.user_attrs.get("trials_folder")
+        if name is None:
+            name, n = str(config.study_name), 1
+            while (out / "trials" / name).exists() and any((out / "trials" / name).iterdir()):
+                n += 1
+                name = f"{config.study_name}-{n}"
+            study.set_user_attr("trials_folder", name)
+    return out / "trials" / name
+
+
 def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any], base: dict[str, Any],
-                   out: Path, keep_models: bool = False) -> Objective:
+                   trials_dir: Path, keep_models: bool = False) -> Objective:
     """The stage objective: resolve the trial's stage config, train (with the pruning callback), score."""
     import optuna
 
@@ -734,7 +789,7 @@ def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any],
              "pruning is off")
 
     def objective(trial, params: dict[str, Any]) -> float:
-        trial_dir = out / "trials" / str(trial.number)
+        trial_dir = trials_dir / str(trial.number)
         stage_cfg = build_stage_config(cls, base, params, trial_dir, where=f"trial {trial.number}")
         trial.set_user_attr("stage_config", config_to_dict(stage_cfg))
         if "rows" not in cache:
@@ -747,7 +802,11 @@ def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any],
             if budget and every < budget:
                 callback = pruning_callback(config, stage_cfg, trial, cache["rows"][:config.prune_samples], every)
                 kwargs["callbacks"] = [callback]
-        result = stage_run(stage_cfg, **kwargs)
+        try:
+            result = stage_run(stage_cfg, **kwargs)
+        except BaseException:  # nothing of ours to clean: a refused directory may hold another run's weights
+            free_memory()
+            raise
         model_dir = result["model_dir"] if isinstance(result, dict) else str(result)
         try:
             if callback is not None and callback.pruned_at is not None:
@@ -791,8 +850,9 @@ def run(config: TuneConfig) -> dict[str, Any]:
     (out / "tune_config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
     log(f"tune {config.stage}: {config.search} search over {', '.join(space)}; {n_trials} trials in study "
         f"{config.study_name!r} at {url}")
-    objective = make_objective(config, cls, stage_run, base, out, keep_models=config.keep_models)
-    worker = optimize(config, space, objective, url, n_trials, trials_dir=out / "trials")
+    trials_dir = study_trials_dir(config, url, out)
+    objective = make_objective(config, cls, stage_run, base, trials_dir, keep_models=config.keep_models)
+    worker = optimize(config, space, objective, url, n_trials, trials_dir=trials_dir)
     result = write_outputs(config, worker["study"], out)
     result["ran_here"] = worker["ran"]
     if "best_value" in result:
@@ -877,6 +937,9 @@ def write_outputs(config: TuneConfig, study, out: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"output_dir": str(out), "trials": len(rows),
                               "complete": sum(r["state"] == "COMPLETE" for r in rows),
                               "pruned": sum(r["state"] == "PRUNED" for r in rows)}
+    diverged = {t.number: t.user_attrs["diverged"] for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+                if "diverged" in t.user_attrs}
+    result["diverged"] = len(diverged)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     best_lines = ["No trial has completed yet."]
     if complete:
@@ -905,6 +968,8 @@ def write_outputs(config: TuneConfig, study, out: Path) -> dict[str, Any]:
               f"({config.eval_split} split) after {config.budget_steps or 'the configured'} training steps; "
               f"{result['complete']} complete, {result['pruned']} pruned of {len(rows)} trials.", "",
               *best_lines, "", "## Trials", "", _markdown_table(rows)]
+    if diverged:
+        report += ["Diverged (failed, not rerun):", "", *(f"- trial {n}: {msg}" for n, msg in diverged.items()), ""]
     report += [f"![{p}]({p})\n" for p in plots]
     _atomic_write(out / "report.md", "\n".join(report))
     result["report"] = str(out / "report.md")

@@ -116,11 +116,10 @@ class AgentGRPOConfig:
         check_range(self, "tool_call_reward")  # any finite number
         check_range(self, "tool_error_reward", high=0)  # a positive value would reward broken tool calls
         check_range(self, ("seed", "data_seed"), *SEED_RANGE)
+        check_range(self, "num_generations", 2)  # group-relative advantages need a group; checked before the modulo
         if self.generation_batch_size % self.num_generations:
             raise ConfigError(f"num_generations ({self.num_generations}) must divide the generation batch "
                               f"({self.generation_batch_size})")
-        if self.num_generations < 2:
-            raise ConfigError(f"num_generations must be >= 2 for group-relative advantages, got {self.num_generations}")
         if self.max_turn_tokens > self.max_completion_length:
             raise ConfigError(f"max_turn_tokens ({self.max_turn_tokens}) must not exceed max_completion_length "
                               f"({self.max_completion_length})")

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import format_config, save_config, setting
+from agentic_rl.config import SEED_RANGE, check_range, format_config, save_config, setting
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import log, set_seed, write_json, write_jsonl
@@ -59,20 +59,12 @@ class PreferencesConfig:
                               "directory is an error)")
 
     def __post_init__(self) -> None:
-        if self.num_samples < 2:
-            raise ConfigError(f"num_samples ({self.num_samples}) must be >= 2: a pair needs two completions")
-        if self.temperature <= 0:
-            raise ConfigError(f"temperature ({self.temperature}) must be > 0: greedy samples are all identical")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p ({self.top_p}) must be in (0, 1]")
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens ({self.max_new_tokens}) must be >= 1")
-        if self.max_samples is not None and self.max_samples < 1:
-            raise ConfigError(f"max_samples ({self.max_samples}) must be >= 1 (or null for all prompts)")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ConfigError(f"batch_size ({self.batch_size}) must be >= 1")
-        if self.min_margin < 0:
-            raise ConfigError(f"min_margin ({self.min_margin}) must be >= 0")
+        check_range(self, "num_samples", 2)  # a pair needs two completions
+        check_range(self, "temperature", 0, low_open=True)  # greedy samples would all be identical
+        check_range(self, "top_p", 0, 1, low_open=True)
+        check_range(self, ("max_new_tokens", "max_samples", "batch_size", "synthetic_train_size"), 1)
+        check_range(self, "min_margin", 0)
+        check_range(self, "seed", *SEED_RANGE)
         if not self.judge:
             raise ConfigError("judge needs at least one reward spec, e.g. --judge accuracy")
 

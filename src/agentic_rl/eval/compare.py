@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import setting
+from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError, DataError
 
 
@@ -40,8 +40,8 @@ class CompareConfig:
     output_dir: str | None = setting(None, "where compare.json / compare.md / compare.png go (default runs/compare)")
 
     def __post_init__(self) -> None:
-        if self.bootstrap_samples < 100:
-            raise ConfigError(f"bootstrap_samples ({self.bootstrap_samples}) must be >= 100")
+        check_range(self, "bootstrap_samples", 100)
+        check_range(self, "seed", *SEED_RANGE)
         if self.treatment == self.control:
             raise ConfigError(f"treatment and control are the same stage ({self.treatment!r})")
 

@@ -16,7 +16,8 @@ key, missing file, ...) — the tool never raises into the agent loop.
 
 Actions and their parameters (besides ``action``):
 
-* ``train`` — ``algorithm`` (``sft`` or ``grpo``), optional ``name``, and *any field* of the stage's config
+* ``train`` — ``algorithm`` (``sft``, ``grpo`` or ``rloo``: the GRPO stage with ``GRPOConfig.algorithm`` set to
+  ``rloo``, TRL's RLOOTrainer), optional ``name``, and *any field* of the stage's config
   (:class:`agentic_rl.train.sft.SFTConfig` / :class:`agentic_rl.train.grpo.GRPOConfig`: learning rate, LoRA settings,
   β, group size, rewards, lengths, epochs, batch size, ...). The values are mapped onto the dataclass with
   :func:`agentic_rl.config.config_from_dict`, so an unknown key is an error naming it (with a suggestion), and the
@@ -112,6 +113,9 @@ BOOK_DEFAULTS = {"train": {"algorithm": "sft", "dataset": "gsm8k", "num_epochs":
 #: ``agentic_rl.tools.rl_training:IN_PROCESS_REWARDS.<key>`` specs, so the stages load them like any user reward.
 IN_PROCESS_REWARDS = types.SimpleNamespace()
 ALGORITHMS = {"sft": ("agentic_rl.train.sft", "SFTConfig"), "grpo": ("agentic_rl.train.grpo", "GRPOConfig")}
+#: The tool's ``algorithm`` -> the stage that trains it. The key shadows ``GRPOConfig.algorithm``, so the GRPO stage's
+#: own policy updates are offered here by name and passed on as that field.
+TRAIN_ALGORITHMS = {"sft": "sft", "grpo": "grpo", "rloo": "grpo"}
 DATASET_OPTIONS = ("source", "split", "question_field", "answer_field", "prompt_field", "completion_field",
                    "ground_truth_field", "max_samples", "seed", "numeric_ground_truth", "keep_annotations",
                    "hub_config", "synthetic_train_size", "synthetic_test_size", "kind", "min_steps", "max_steps",
@@ -120,7 +124,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 DESCRIPTION = (
     "Train and evaluate LLMs with reinforcement learning (agentic-rl). Actions: "
-    "train (algorithm sft|grpo, any hyper-parameter of that stage, e.g. learning_rate, lora_r, beta, "
+    "train (algorithm sft|grpo|rloo, any hyper-parameter of that stage, e.g. learning_rate, lora_r, beta, "
     "num_generations, rewards, max_steps), load_dataset (source, split, column mapping), create_reward "
     "(reward specs like 'accuracy:1.0' or 'module:function:0.5'), evaluate (model, dataset, max_samples; returns "
     "all metrics), status (runs and their metrics). The parameter names of hello-agents' own rl_training tool "
@@ -333,7 +337,7 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         then every field of the SFT, GRPO and evaluation configs with its help text."""
         specs: dict[str, tuple[str, str]] = {
             "action": ("string", f"one of {', '.join(ACTIONS)}"),
-            "algorithm": ("string", "train: sft or grpo"),
+            "algorithm": ("string", "train: sft, grpo or rloo (the grpo stage with TRL's RLOOTrainer update)"),
             "name": ("string", "name of the run, dataset or reward to create (status: the run to show)"),
             "model": ("string", "train/evaluate: a model directory, hub id, or an earlier run's name"),
             "models": ("array", "evaluate: several models"),
@@ -459,10 +463,11 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         if book:
             params.setdefault("algorithm", BOOK_DEFAULTS["train"]["algorithm"])
         algorithm = params.pop("algorithm", None)
-        if algorithm not in ALGORITHMS:
-            raise ConfigError(f"train needs 'algorithm': one of {', '.join(ALGORITHMS)}; got {algorithm!r}")
+        if algorithm not in TRAIN_ALGORITHMS:
+            raise ConfigError(f"train needs 'algorithm': one of {', '.join(TRAIN_ALGORITHMS)}; got {algorithm!r}")
+        stage = TRAIN_ALGORITHMS[algorithm]
         name = self._new_name(params.pop("name", None), algorithm, self.runs)
-        module, cls = _stage_class(algorithm)
+        module, cls = _stage_class(stage)
         known = [f.name for f in dataclasses.fields(cls)] + list(TRAIN_KEYS) + list(BOOK_KEYS["train"])
         for key in params:
             if key.replace("-", "_") not in known:
@@ -470,7 +475,7 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
                 hint = f" (did you mean '{close[0]}'?)" if close else ""
                 raise ConfigError(f"unknown train key '{key}' for {algorithm}{hint}; keys are the fields of its "
                                   f"config, {', '.join(TRAIN_KEYS)}, and the book's {', '.join(BOOK_KEYS['train'])}")
-        custom_rows, book_info = self._book_train(algorithm, params) if book else (None, {})
+        custom_rows, book_info = self._book_train(stage, params) if book else (None, {})
         if "reward" in params and "rewards" not in params:  # the CLI flag's spelling
             params["rewards"] = params.pop("reward")
         if "rewards" in params:
@@ -480,6 +485,8 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         if "model" in params:
             params["model"] = self._model_path(params["model"])
         self._dataset_source(params)
+        if stage == "grpo":  # the GRPO stage's own algorithm field: grpo or rloo
+            params["algorithm"] = algorithm
         params.setdefault("output_dir", str(self.workspace / "runs" / name))
         where = f"rl_training train ({algorithm})"
         config = config_from_dict(cls, params, from_string=True, where=where)
@@ -488,7 +495,7 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         if custom_rows is not None:
             self._store_dataset(book_info["custom_dataset"], "train", custom_rows, source="custom_dataset", options={})
         num_epochs = book_info.get("num_epochs")
-        if algorithm == "grpo" and num_epochs is not None:
+        if stage == "grpo" and num_epochs is not None:
             # TRL's GRPO runs for max_steps; the book's epochs over P prompts take P x G completions each, and an
             # optimizer step consumes batch_size x gradient_accumulation_steps of them (per device).
             prompts = len(module.load_data(config)[0])
