@@ -235,6 +235,9 @@ class HealthCallback(NonFiniteGuard):
 # Logging backends
 # ---------------------------------------------------------------------------------------------------------------
 
+_WANDB_DIR_SET_HERE: str | None = None
+
+
 def resolve_report_to(report_to: str | list[str] | None, run_dir: str | Path | None = None) -> list[str]:
     """Validate ``report_to`` ("tensorboard", "wandb", "none" or a comma list) and prepare the backends.
 
@@ -255,14 +258,21 @@ def resolve_report_to(report_to: str | list[str] | None, run_dir: str | Path | N
             raise ConfigError("report_to tensorboard needs the tensorboard package: pip install tensorboard") from None
     if "wandb" in names:
         try:
-            import wandb  # noqa: F401
+            import wandb
         except ImportError:
             raise ConfigError("report_to wandb needs the wandb package: pip install 'agentic-rl[wandb]'") from None
         if not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY"):
             os.environ["WANDB_MODE"] = "offline"
         os.environ.setdefault("WANDB_PROJECT", "agentic-rl")
-        if run_dir is not None:
-            os.environ.setdefault("WANDB_DIR", str(Path(run_dir)))
+        global _WANDB_DIR_SET_HERE
+        if run_dir is not None and (not os.environ.get("WANDB_DIR") or
+                                    os.environ.get("WANDB_DIR") == _WANDB_DIR_SET_HERE):
+            # Each stage's files in its own run directory: a directory this function chose for an earlier stage of
+            # the same process is replaced, one the user chose is kept.
+            os.environ["WANDB_DIR"] = _WANDB_DIR_SET_HERE = str(Path(run_dir))
+        # wandb keeps the settings of its first run in a process-wide singleton (its directory among them):
+        # start each stage's run from a clean one, or a second stage logs into the first one's folder.
+        wandb.teardown()
     return names or ["none"]
 
 
