@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError
 
@@ -46,8 +47,8 @@ DEFAULT_REWARDS = ["accuracy:1.0", "format:0.2"]
 
 
 @dataclass
-class EvalConfig:
-    """Settings of ``agentic-rl eval``."""
+class EvalConfig(EnvironmentSettings):
+    """Settings of ``agentic-rl eval`` (the environment settings come from :class:`EnvironmentSettings`)."""
 
     models: list[str] = setting([], "model directories or hub ids to evaluate (several give a comparison table)",
                                  positional=True)
@@ -90,6 +91,14 @@ class EvalConfig:
         if not self.pass_at_k:
             ks = {1, self.num_samples} | {2**i for i in range(1, 12) if 2**i <= self.num_samples}
             self.pass_at_k = sorted(ks)
+        self.check_environment_settings()
+        if self.environment is not None:
+            if self.num_samples > 1 or self.temperature > 0:
+                raise ConfigError("evaluation in an environment plays greedy episodes: drop --num-samples and "
+                                  "--temperature with --environment")
+            if self.max_turn_tokens > self.max_new_tokens:
+                raise ConfigError(f"max_turn_tokens ({self.max_turn_tokens}) must not exceed max_new_tokens "
+                                  f"({self.max_new_tokens}), the budget of a whole episode")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -349,6 +358,11 @@ def run(config: EvalConfig) -> dict[str, Any]:
     if not config.models:
         raise ConfigError("give at least one model to evaluate: agentic-rl eval MODEL_DIR [MODEL_DIR ...]")
     print(format_config(config, "eval"))
+    env_factory = None
+    if config.environment is not None:  # a bad environment fails before anything is written
+        from agentic_rl.agent.settings import build_environment
+
+        env_factory = build_environment(config)
     out = run_dir(config.output_dir, "eval")
     save_config(config, out / "config.yaml")
     set_seed(config.seed)
@@ -359,17 +373,91 @@ def run(config: EvalConfig) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     for model_path, name in zip(config.models, names):
         model_dir = out if len(config.models) == 1 else out / name.replace("/", "_")
+        if env_factory is not None:
+            metrics = evaluate_model_in_environment(model_path, rows, config, env_factory, output_dir=model_dir,
+                                                    name=name)
+            results[name] = metrics
+            log(f"{name}: accuracy {metrics['accuracy']:.3f} with tools, {metrics['accuracy_without_tools']:.3f} "
+                f"without; tool-call rate {metrics['tool_call_rate']:.3f} -> {model_dir}")
+            free_memory()
+            continue
         metrics = evaluate_model(model_path, rows, config=config, output_dir=model_dir, name=name)
         results[name] = metrics
         log(f"{name}: accuracy {metrics['accuracy_strict']:.3f} (lenient {metrics['accuracy_lenient']:.3f}), "
             f"format {metrics['format_rate']:.3f}, truncated {metrics['truncation_rate']:.3f} -> {model_dir}")
         free_memory()
-    if len(results) > 1:
+    if len(results) > 1 and env_factory is None:
         path = write_comparison_report(results, out)
         log(f"comparison: {path}")
     summary = {name: {k: v for k, v in m.items() if k != "predictions"} for name, m in results.items()}
     return {"output_dir": str(out), "results": summary,
             "models": {path: summary[name] for path, name in zip(config.models, names)}}
+
+
+def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]], config: EvalConfig, env_factory,
+                                  *, tokenizer: Any = None, output_dir: str | Path | None = None,
+                                  name: str | None = None) -> dict[str, Any]:
+    """Greedy episodes in ``config.environment`` with its tools and without them
+    (:func:`agentic_rl.eval.episodes.evaluate_episodes`); returns the metrics: ``accuracy`` (with tools; also under
+    ``accuracy_strict``, the single-turn headline name), ``accuracy_without_tools``, the tool and environment
+    statistics of the with-tools episodes at the top level and both settings under ``with_tools`` /
+    ``without_tools``. With ``output_dir``: ``metrics.json``, ``episodes_with_tools.jsonl``,
+    ``episodes_without_tools.jsonl`` and ``report.md``."""
+    from agentic_rl.agent.settings import environment_system_prompt
+    from agentic_rl.data.formats import resolve_system_prompt
+    from agentic_rl.eval.episodes import evaluate_episodes
+    from agentic_rl.utils import write_json, write_jsonl
+
+    if isinstance(model_or_path, (str, Path)):
+        from agentic_rl.models.loading import load_model_and_tokenizer
+
+        model, tokenizer = load_model_and_tokenizer(str(model_or_path), dtype=config.dtype, for_training=False)
+        name = name or _display_name(str(model_or_path))
+    else:
+        model = model_or_path
+        if tokenizer is None:
+            raise ConfigError("evaluate_model_in_environment with an in-memory model needs tokenizer=...")
+    tokenizer.padding_side = "left"
+    prompts = {True: environment_system_prompt(config.system_prompt, env_factory()),
+               False: resolve_system_prompt(config.system_prompt)}
+    start = time.perf_counter()
+    settings, episodes = {}, {}
+    for tools in (True, False):
+        key = "with_tools" if tools else "without_tools"
+        settings[key], episodes[key] = evaluate_episodes(
+            model, tokenizer, rows, env_factory, tools=tools, tools_in_prompt=config.tools_in_prompt,
+            max_turn_tokens=config.max_turn_tokens, max_completion_length=config.max_new_tokens,
+            batch_size=config.batch_size or 64, system_prompt=prompts[tools])
+    with_tools = settings["with_tools"]
+    metrics: dict[str, Any] = {
+        "model": name, "environment": config.environment, "num_prompts": len(rows),
+        "accuracy": with_tools["accuracy"], "accuracy_strict": with_tools["accuracy"],
+        "accuracy_without_tools": settings["without_tools"]["accuracy"],
+        **{k: v for k, v in with_tools.items() if k != "accuracy"},
+        **settings, "timing": {"generation_seconds": time.perf_counter() - start},
+        "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "models"},
+    }
+    if output_dir is not None:
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "metrics.json", _clean_json(metrics))
+        for key, rows_out in episodes.items():
+            write_jsonl(out / f"episodes_{key}.jsonl", rows_out)
+        (out / "report.md").write_text(environment_report(metrics))
+    return metrics
+
+
+def environment_report(metrics: dict[str, Any]) -> str:
+    """A markdown table of one model's episode statistics, with and without tools."""
+    keys = [k for k, v in metrics["with_tools"].items() if isinstance(v, (int, float))]
+    lines = [f"# {metrics.get('model')} in environment {metrics.get('environment')} "
+             f"({metrics.get('num_prompts')} problems, greedy)", "",
+             "| setting | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+    for setting in ("with_tools", "without_tools"):
+        stats = metrics[setting]
+        lines.append(f"| {setting.replace('_', ' ')} | "
+                     + " | ".join(f"{stats[k]:.3f}" if k in stats else "" for k in keys) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _unique_names(paths: list[str]) -> list[str]:

@@ -91,6 +91,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, format_config, save_config, setting
 from agentic_rl.errors import ConfigError
 from agentic_rl.models.fingerprint import weights_fingerprint, write_base_fingerprint
@@ -103,7 +104,8 @@ LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
 SCALE_REWARDS = ["group", "batch", "none"]
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 GRPO_OUTPUTS = ("checkpoint-*", "best", "base", "adapter", "merged", "completions.jsonl", "heldout.jsonl",
-                "metrics.jsonl", "result.json", "trainable_parameters.txt", "tensorboard", "difficulty.json")
+                "metrics.jsonl", "result.json", "trainable_parameters.txt", "tensorboard", "difficulty.json",
+                "rollouts.jsonl")
 GENERATION_BACKENDS = ["trl", "compact"]
 # TRL generation settings the compact decode loop does not apply: with any of them TRL must generate itself.
 _TRL_ONLY_GENERATION = ("generation_kwargs", "repetition_penalty", "min_p", "cache_implementation",
@@ -131,8 +133,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class GRPOConfig:
-    """Every setting of the GRPO stage. ``None`` means "the preset's value"; the resolved value is printed."""
+class GRPOConfig(EnvironmentSettings):
+    """Every setting of the GRPO stage. ``None`` means "the preset's value"; the resolved value is printed.
+
+    The environment settings (``environment``, ``max_turns``, ...) come from :class:`EnvironmentSettings`."""
 
     # --- model and data -------------------------------------------------------------------------------------------
     model: str = setting("", "model to start from: an SFT output (adapter or merged dir), a local model dir or a hub id")
@@ -225,6 +229,8 @@ class GRPOConfig:
     kl_low: float = setting(0.001, "warn when KL stays below this after warm-up (not learning)")
     kl_warmup_steps: int = setting(10, "steps before the 'KL too low: not learning' rule applies")
     collapse_fraction: float = setting(0.5, "warn when the mean reward falls below this fraction of its best")
+    truncated_high: float = setting(0.9, "warn when at least this fraction of completions is cut at "
+                                    "max_completion_length")
 
     # --- held-out evaluation and checkpoints ---------------------------------------------------------------------
     heldout_every: int | None = setting(None, "greedy held-out evaluation every N steps (0 = off)")
@@ -269,7 +275,7 @@ class GRPOConfig:
         check_range(self, ("learning_rate", "temperature", "epsilon_high", "kl_high"), 0, low_open=True)
         check_range(self, "epsilon", 0, 1, low_open=True, high_open=True)
         check_range(self, ("beta", "weight_decay", "max_grad_norm", "kl_low"), 0)  # max_grad_norm 0: no clipping
-        check_range(self, ("warmup_ratio", "collapse_fraction"), 0, 1)
+        check_range(self, ("warmup_ratio", "collapse_fraction", "truncated_high"), 0, 1)
         check_range(self, "lora_dropout", 0, 1, high_open=True)
         check_range(self, ("top_p", "vllm_gpu_memory_utilization"), 0, 1, low_open=True)
         check_range(self, "seed", *SEED_RANGE)
@@ -310,6 +316,9 @@ class GRPOConfig:
             raise ConfigError("use_vllm needs a CUDA GPU; drop --use-vllm on CPU")
         check_signal_settings(self.refill_max_draws, self.select_pass_rate_low, self.select_pass_rate_high)
         check_range(self, ("select_samples", "sft_loss_weight"), 0)  # 0: off
+        self.check_environment_settings()
+        if self.environment is not None:
+            self._validate_environment()
         check_range(self, "select_candidates", 1)
         if self.algorithm == "rloo":
             from agentic_rl.train.rloo import check_rloo_settings
@@ -326,6 +335,23 @@ class GRPOConfig:
             if trl_only:
                 raise ConfigError(f"trl_args '{trl_only[0]}' is applied by TRL's own generation only: set "
                                   "generation_backend to 'trl'")
+
+
+    def _validate_environment(self) -> None:
+        """What multi-turn episodes exclude: the reward is the environment's trajectory return, and the episode loop
+        samples with the project's decoder (not vLLM, not single-turn pass-rate estimates or demonstrations)."""
+        if list(self.rewards) != ["accuracy:1.0", "format:0.2"]:
+            raise ConfigError("with an environment the reward is the episode's return (the sum of its step rewards): "
+                              "set answer_reward / tool_call_reward / tool_error_reward (or the environment's own "
+                              "environment_args) instead of --reward")
+        if self.use_vllm:
+            raise ConfigError("use_vllm does not run multi-turn episodes yet: drop --use-vllm with --environment")
+        for name in ("select_samples", "sft_loss_weight"):
+            if getattr(self, name):
+                raise ConfigError(f"{name} works on single-turn prompts only: set it to 0 with --environment")
+        if self.max_turn_tokens > self.max_completion_length:
+            raise ConfigError(f"max_turn_tokens ({self.max_turn_tokens}) must not exceed max_completion_length "
+                              f"({self.max_completion_length}), the budget of a whole episode")
 
 
 # TRL fields this stage sets itself: passing them through trl_args would silently fight the typed field.
@@ -394,8 +420,10 @@ def save_start(model, tokenizer, base_dir: str, out: Path) -> None:
         tokenizer.save_pretrained(base_dir)
 
 
-def load_data(config: GRPOConfig):
+def load_data(config: GRPOConfig, env: Any = None):
     """Training prompts (a ``datasets.Dataset`` of RL rows) and the held-out rows (a list, or None).
+
+    With an environment (``env``: one instance) the prompts carry its system prompt unless ``system_prompt`` is set.
 
     RL rows carry ``question``, ``prompt`` (messages), ``ground_truth`` and ``full_answer``; TRL passes every
     column to the reward functions as keyword arguments. With ``heldout_split`` equal to ``split`` (the default)
@@ -404,10 +432,12 @@ def load_data(config: GRPOConfig):
     """
     import random
 
+    from agentic_rl.agent.settings import environment_system_prompt
     from agentic_rl.data import load_task_dataset, to_rl_dataset
     from agentic_rl.data.formats import resolve_system_prompt
 
-    system_prompt = resolve_system_prompt(config.system_prompt)
+    system_prompt = (environment_system_prompt(config.system_prompt, env) if env is not None
+                     else resolve_system_prompt(config.system_prompt))
     n_heldout = config.heldout_samples if config.heldout_every else 0
     carve = n_heldout > 0 and config.heldout_split == config.split and config.heldout_dataset in (None, config.dataset)
     extra: dict[str, Any] = {"question_field": config.question_field, "answer_field": config.answer_field,
@@ -534,10 +564,12 @@ def trl_arguments(config: GRPOConfig, out: Path, reward_weights: list[float]):
         chat_template_kwargs={"enable_thinking": False},
     )
     kwargs.update(config.trl_args)
-    if config.algorithm == "rloo":
+    if config.algorithm == "rloo" and config.environment is None:
         from agentic_rl.train.rloo import rloo_arguments
 
         return rloo_arguments(kwargs)
+    if config.algorithm == "rloo":  # episodes: GRPOTrainer's rollout hook; RLOO's advantage from the unscaled one
+        kwargs["scale_rewards"] = "none"
     try:
         return TRLGRPOConfig(**kwargs)
     except ValueError as exc:
@@ -564,6 +596,9 @@ def rename_metrics(logs: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, value in logs.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if key.startswith("agent/"):  # the environment's episode statistics keep their names
+            out[key] = float(value)
             continue
         if key.startswith("rewards/") and key.count("/") == 2:
             _, name, stat = key.split("/")
@@ -615,10 +650,11 @@ class MetricsLogger:
             self.wandb.finish()
 
 
-def health_monitor(config: GRPOConfig):
+def health_monitor(config: GRPOConfig, *, environment: bool = False):
     """The seed's live warnings for GRPO, as rules of the shared :class:`~agentic_rl.train.monitoring.HealthMonitor`
     (each warns once when its condition starts to hold, again only after it cleared). Rules read our metric names,
-    plus ``step``."""
+    plus ``step``. Also: most completions cut at ``max_completion_length``; with an environment, the tool error rate
+    rising and the tool-call rate collapsing."""
     from agentic_rl.train.monitoring import HealthMonitor, grad_explosion, metric_rising
 
     def kl_high(history, logs):
@@ -640,11 +676,40 @@ def health_monitor(config: GRPOConfig):
     collapse = metric_rising("grpo/reward", window=10, tolerance=1 - config.collapse_fraction, higher_is_worse=False,
                              advice="possible collapse; lower the learning rate, raise beta, or use best/")
     collapse.__name__ = "reward_collapse"
-    return HealthMonitor([kl_high, kl_low, collapse, grad_explosion(key="train/grad_norm")])
+
+    def truncated(history, logs):
+        value = logs.get("grpo/truncated_fraction")
+        if value is not None and value >= config.truncated_high:
+            what = "episodes" if environment else "completions"
+            return (f"{value:.0%} of the {what} are cut at max_completion_length ({config.max_completion_length}): "
+                    "their answers are lost; raise max_completion_length"
+                    + (" or lower max_turns" if environment else " or reward shorter solutions"))
+        return None
+
+    rules = [kl_high, kl_low, collapse, truncated, grad_explosion(key="train/grad_norm")]
+    if environment:
+        def tool_errors_rising(history, logs):
+            # The first 5 logs are the baseline: an error rate that doubles from it, and is material, is a warning.
+            values = [h["agent/tool_error_rate"] for h in [*history, logs] if "agent/tool_error_rate" in h]
+            if "agent/tool_error_rate" not in logs or len(values) < 10:
+                return None
+            first, now = sum(values[:5]) / 5, sum(values[-5:]) / 5
+            if now >= 0.2 and now > 2 * first:
+                return (f"agent/tool_error_rate rose to {now:.2f} (moving average of 5 logs) from {first:.2f}: the "
+                        "policy is writing broken tool calls; lower the learning rate, raise beta, or set "
+                        "tool_error_reward below 0")
+            return None
+
+        tool_calls_collapse = metric_rising(
+            "agent/tool_call_rate", window=5, tolerance=0.5, higher_is_worse=False,
+            advice="the policy is giving up its tools; check tool_call_reward, lower the learning rate, or use best/")
+        tool_calls_collapse.__name__ = "tool_call_collapse"
+        rules += [tool_errors_rising, tool_calls_collapse]
+    return HealthMonitor(rules)
 
 
 def _make_callback(config: GRPOConfig, out: Path, logger: MetricsLogger, rules, heldout, tokenizer,
-                   state: dict[str, Any]):
+                   state: dict[str, Any], env_factory=None):
     """The trainer callback: renamed metrics, health rules, completions.jsonl and periodic held-out evaluation;
     a :class:`~agentic_rl.train.monitoring.NonFiniteGuard`, so a NaN/inf loss or weights end the run with an error."""
     from agentic_rl.train.monitoring import NonFiniteGuard
@@ -696,7 +761,7 @@ def _make_callback(config: GRPOConfig, out: Path, logger: MetricsLogger, rules, 
                 return
             state["evaluated_steps"].add(step)
             start = time.time()
-            metrics = evaluate_heldout(model, tokenizer, heldout, config)
+            metrics = evaluate_heldout(model, tokenizer, heldout, config, env_factory)
             row = {"step": step, **metrics, "seconds": round(time.time() - start, 1)}
             append_jsonl(out / "heldout.jsonl", row)
             logger.log(step, {f"eval/{k}": float(v) for k, v in metrics.items() if k != "n"})
@@ -725,9 +790,17 @@ def _text(completion: Any) -> str:
     return str(completion)
 
 
-def evaluate_heldout(model, tokenizer, rows, config: GRPOConfig) -> dict[str, Any]:
+def evaluate_heldout(model, tokenizer, rows, config: GRPOConfig, env_factory=None) -> dict[str, Any]:
     """Greedy held-out metrics of the current policy, scored like the final evaluation (the eval helper's
-    ``evaluate_model``, which uses the same parse-and-compare as the accuracy reward)."""
+    ``evaluate_model``, which uses the same parse-and-compare as the accuracy reward). With an environment: greedy
+    episodes with its tools (:func:`agentic_rl.eval.episodes.evaluate_episodes`), accuracy and tool statistics."""
+    if env_factory is not None:
+        from agentic_rl.eval.episodes import evaluate_episodes
+
+        stats, _ = evaluate_episodes(model, tokenizer, rows, env_factory, tools=True,
+                                     tools_in_prompt=config.tools_in_prompt, max_turn_tokens=config.max_turn_tokens,
+                                     max_completion_length=config.max_completion_length)
+        return {**{k: v for k, v in stats.items() if isinstance(v, (int, float))}, "n": len(rows)}
     from agentic_rl.eval import evaluate_model
 
     m = evaluate_model(model, rows, tokenizer=tokenizer, max_new_tokens=config.max_completion_length,
@@ -754,6 +827,18 @@ def compact_rollout(prompts: list[list[dict[str, str]]], trainer) -> dict[str, A
         stop_ids=list(trainer.eos_token_ids), pad_id=tokenizer.pad_token_id, temperature=args.temperature,
         top_p=args.top_p, top_k=args.top_k or 0)
     return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
+
+
+def episode_rollout(config: GRPOConfig, env_factory, rows: list[dict[str, Any]], out: Path):
+    """TRL ``rollout_func`` of an environment run: ``num_generations`` multi-turn episodes per prompt
+    (:func:`agentic_rl.agent.rollout.make_rollout_func`), tool and feedback tokens masked out of the loss, the
+    episode's return as the reward; per-batch tool statistics go to the logged metrics and ``<run>/rollouts.jsonl``."""
+    from agentic_rl.agent.rollout import RolloutSettings, make_rollout_func
+
+    settings = RolloutSettings(max_turn_tokens=config.max_turn_tokens,
+                               max_completion_length=config.max_completion_length,
+                               tools_in_prompt=config.tools_in_prompt)
+    return make_rollout_func(env_factory, rows, settings, log_path=out / "rollouts.jsonl")
 
 
 def save_policy(model, tokenizer, path: Path) -> None:
@@ -805,10 +890,20 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     checkpoint = check_stage_dir(out, config, stage="grpo", finished="result.json", checkpoints=out)
     set_seed(config.seed)
 
-    # --- model, data, rewards --------------------------------------------------------------------------------------
+    # --- environment, model, data, rewards -------------------------------------------------------------------------
+    env_factory = None
+    if config.environment is not None:
+        from agentic_rl.agent.settings import build_environment
+
+        env_factory = build_environment(config)  # a bad environment or argument fails here, before any output
     model, tokenizer, base_dir = load_policy(config, out)
-    train, heldout = load_data(config)
-    funcs, weights, reward_names = build_reward_functions(config.rewards)
+    train, heldout = load_data(config, env_factory() if env_factory else None)
+    if env_factory is None:
+        funcs, weights, reward_names = build_reward_functions(config.rewards)
+    else:  # the episode's return (sum of the environment's step rewards) is the one reward
+        from agentic_rl.agent.rollout import trajectory_return_reward
+
+        funcs, weights, reward_names = [trajectory_return_reward], [1.0], ["trajectory_return_reward"]
     demonstrations = demonstrations_for(train, tokenizer, config) if config.sft_loss_weight else None
     selection = None
     if config.select_samples:
@@ -822,7 +917,9 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     if selection is not None:
         write_json(out / "difficulty.json", selection)
     start_fingerprint = weights_fingerprint(model)
-    log(f"GRPO: {len(train)} training prompts, rewards {dict(zip(reward_names, weights))}, "
+    log(f"GRPO: {len(train)} training prompts, "
+        + (f"environment {config.environment} (reward: the episode return), " if env_factory else
+           f"rewards {dict(zip(reward_names, weights))}, ") +
         f"{'full fine-tuning' if config.full else f'LoRA r={config.lora_r}'}, beta={config.beta}")
 
     # --- trainer ---------------------------------------------------------------------------------------------------
@@ -832,7 +929,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
 
     backends = [b for b in resolve_report_to(list(config.report_to), out) if b != "none"]
     logger = MetricsLogger(out, backends, config, resume=checkpoint is not None)
-    rules = health_monitor(config)
+    rules = health_monitor(config, environment=env_factory is not None)
     state: dict[str, Any] = {"best_score": -math.inf, "best_step": None, "evaluated_steps": set(),
                              "base": (start_fingerprint, base_dir)}
     if checkpoint is not None and (out / "best" / "best.json").is_file():
@@ -840,21 +937,28 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
 
         best = read_json(out / "best" / "best.json")
         state.update(best_score=best.get(config.best_metric, best["accuracy"]), best_step=best["step"])
-    monitor = _make_callback(config, out, logger, rules, heldout, tokenizer, state)
+    monitor = _make_callback(config, out, logger, rules, heldout, tokenizer, state, env_factory)
     trainer_kwargs = dict(model=model, reward_funcs=funcs, args=trl_arguments(config, out, weights),
                           train_dataset=train, processing_class=tokenizer, peft_config=peft_config_for(config),
                           callbacks=[monitor, *(callbacks or [])])
+    rollout_func = None
+    if env_factory is not None:
+        rollout_func = episode_rollout(config, env_factory, train.to_list(), out)
+    elif config.generation_backend == "compact" and config.algorithm == "grpo":
+        rollout_func = compact_rollout
+    if rollout_func is not None:
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL 1.16
     if config.algorithm == "rloo":  # refill, the SFT anchor and compact sampling are GRPO-only (the config refuses)
-        from agentic_rl.train.rloo import trainer_class
+        from agentic_rl.train.rloo import make_rloo_rollout_trainer_class, trainer_class
 
-        trainer = trainer_class()(**trainer_kwargs)
+        if rollout_func is None:
+            trainer = trainer_class()(**trainer_kwargs)
+        else:  # TRL's RLOOTrainer has no rollout hook: GRPOTrainer's episodes with RLOOTrainer's update
+            trainer = make_rloo_rollout_trainer_class()(**trainer_kwargs, rollout_func=rollout_func)
     else:
-        if config.generation_backend == "compact":
-            os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL 1.16
         trainer = make_signal_trainer_class()(
             **trainer_kwargs, refill_max_draws=config.refill_max_draws, sft_loss_weight=config.sft_loss_weight,
-            sft_demonstrations=demonstrations, seed=config.seed,
-            rollout_func=compact_rollout if config.generation_backend == "compact" else None)
+            sft_demonstrations=demonstrations, seed=config.seed, rollout_func=rollout_func)
     monitor.trainer = trainer
     trainable_names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     (out / "trainable_parameters.txt").write_text("\n".join(trainable_names) + "\n")

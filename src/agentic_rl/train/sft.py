@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import SEED_RANGE, check_range, format_config, save_config
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
@@ -47,7 +48,9 @@ MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
 
 
 @dataclass
-class SFTConfig:
+class SFTConfig(EnvironmentSettings):
+    """Every setting of the SFT stage (the environment settings come from :class:`EnvironmentSettings`)."""
+
     model: str = field(default="runs/pretrain/model", metadata={
         "help": "base model: Hub id or local directory (a model or a PEFT adapter directory)"})
     dataset: str = field(default="synthetic", metadata={
@@ -88,6 +91,12 @@ class SFTConfig:
         "help": "share of demonstrations showing only the final answer, no steps (imperfect demonstrations)"})
     answer_first_fraction: float = field(default=0.0, metadata={
         "help": "share of demonstrations stating the final answer first, then the steps (imperfect demonstrations)"})
+    direct_fraction: float = field(default=0.25, metadata={
+        "help": "environment: share of rows shown without the environment (standard prompt, no tools, the worked "
+                "solution), so the model can also be evaluated without tools"})
+    skip_tool_fraction: float = field(default=0.0, metadata={
+        "help": "environment: share of rows shown under the environment's prompt that answer directly without a tool "
+                "call (imperfect demonstrations, so RL has a tool-call rate to raise); disjoint from direct_fraction"})
     system_prompt: str | None = field(default=None, metadata={"help": "system message of every prompt: unset = the "
                                       "standard instruction, '' = none, or your own text (same for SFT, GRPO, eval)"})
     enable_thinking: bool = field(default=False, metadata={"help": "Qwen3 thinking blocks in the chat template"})
@@ -110,7 +119,21 @@ class SFTConfig:
     trust_remote_code: bool = field(default=False, metadata={"help": "allow custom model code from the Hub"})
 
     def __post_init__(self):
-        check_range(self, ("answer_only_fraction", "answer_first_fraction", "warmup_ratio"), 0, 1)
+        check_range(self, ("answer_only_fraction", "answer_first_fraction", "warmup_ratio", "direct_fraction",
+                           "skip_tool_fraction"), 0, 1)
+        self.check_environment_settings()
+        if self.environment is None:
+            for name, default in (("direct_fraction", 0.25), ("skip_tool_fraction", 0.0)):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"{name} applies to environment demonstrations only: set environment (e.g. "
+                                      f"--environment calculator) or drop {name}")
+        else:
+            if self.answer_only_fraction or self.answer_first_fraction:
+                raise ConfigError("answer_only_fraction / answer_first_fraction shape single-turn demonstrations: "
+                                  "with an environment use direct_fraction / skip_tool_fraction")
+            if self.direct_fraction + self.skip_tool_fraction > 1.0 + 1e-9:
+                raise ConfigError(f"direct_fraction + skip_tool_fraction must be <= 1, got {self.direct_fraction} + "
+                                  f"{self.skip_tool_fraction}")
         if self.answer_only_fraction + self.answer_first_fraction > 1.0:
             raise ConfigError("answer_only_fraction + answer_first_fraction must be at most 1")
         check_range(self, "max_steps", 1, also=(-1,), meaning="-1 to train for `epochs`")
@@ -150,6 +173,59 @@ def build_sft_dataset(config: SFTConfig):
                         answer_first_fraction=config.answer_first_fraction, seed=config.seed)
     kwargs = {"enable_thinking": config.enable_thinking}
     return ds.map(lambda _: {"chat_template_kwargs": kwargs})
+
+
+def build_environment_dataset(config: SFTConfig, env_factory, tokenizer):
+    """Tokenized whole-episode demonstrations (``input_ids`` + ``labels``) for SFT in an environment, and the count
+    of each kind.
+
+    Each row is one of three kinds (a seeded split): ``environment`` — the environment's demonstration
+    (``env.demonstration(task)``: for the calculator its annotated steps replayed as tool calls) under the
+    environment's prompt; ``skip_tool`` (``skip_tool_fraction``) — the same prompt answered directly with the worked
+    solution; ``direct`` (``direct_fraction``) — the standard prompt without tools and the worked solution. Labels
+    are -100 on the prompt, on tool and feedback messages and on turns the environment marks ``"train": False``: the
+    model learns the calls and the answers, never the tool's output. TRL keeps given labels as they are.
+    """
+    import random
+
+    import datasets
+
+    from agentic_rl.agent.settings import environment_system_prompt
+    from agentic_rl.agent.tasks import demonstration_examples, environment_examples
+    from agentic_rl.data import load_task_dataset
+    from agentic_rl.data.formats import build_prompt, resolve_system_prompt
+
+    rows = load_task_dataset(config.dataset, config.split, max_samples=config.max_samples, seed=config.seed,
+                             question_field=config.question_field, answer_field=config.answer_field,
+                             ground_truth_field=config.ground_truth_field,
+                             synthetic_seed=config.synthetic_seed, synthetic_train_size=config.synthetic_train_size,
+                             synthetic_test_size=config.synthetic_test_size).to_list()
+    env = env_factory()
+    rng = random.Random(config.seed)
+    direct_ids = set(rng.sample(range(len(rows)), int(round(config.direct_fraction * len(rows)))))
+    rest = [i for i in range(len(rows)) if i not in direct_ids]
+    n_skip = min(int(round(config.skip_tool_fraction * len(rows))), len(rest))
+    skip_ids = set(rng.sample(rest, n_skip)) if n_skip else set()
+    env_prompt = environment_system_prompt(config.system_prompt, env)
+    plain_prompt = resolve_system_prompt(config.system_prompt)
+
+    def tasks(ids: set[int] | None, system_prompt: str | None) -> list[dict[str, Any]]:
+        chosen = [r for i, r in enumerate(rows) if (i in ids if ids is not None else
+                                                     i not in direct_ids and i not in skip_ids)]
+        return [{**r, "prompt": build_prompt(r["question"], system_prompt)} for r in chosen]
+
+    template = {"enable_thinking": config.enable_thinking}
+    schemas = env.tool_schemas() if config.tools_in_prompt else None
+    with_env = tasks(None, env_prompt)
+    skip, direct = tasks(skip_ids, env_prompt), tasks(direct_ids, plain_prompt)
+    examples = environment_examples(tokenizer, env, with_env, tools_in_prompt=config.tools_in_prompt,
+                                    chat_template_kwargs=template)
+    examples += demonstration_examples(tokenizer, skip, tools=bool(schemas), call_tools=False, tool_schemas=schemas,
+                                       chat_template_kwargs=template)
+    examples += demonstration_examples(tokenizer, direct, tools=False, chat_template_kwargs=template)
+    rng.shuffle(examples)
+    counts = {"environment": len(with_env), "skip_tool": len(skip), "direct": len(direct)}
+    return datasets.Dataset.from_list(examples), counts
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -289,8 +365,17 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     report = resolve_report_to(config.report_to, out)
     set_seed(config.seed)
 
-    dataset = build_sft_dataset(config)
+    env_factory = None
+    if config.environment is not None:
+        from agentic_rl.agent.settings import build_environment
+
+        env_factory = build_environment(config)  # a bad environment or argument fails here, before any output
+    dataset = build_sft_dataset(config) if env_factory is None else None
     model, tokenizer = prepare_model(config)
+    if env_factory is not None:
+        dataset, counts = build_environment_dataset(config, env_factory, tokenizer)
+        log(f"sft in environment {config.environment}: {counts['environment']} demonstrations in the environment, "
+            f"{counts['skip_tool']} answered directly under its prompt, {counts['direct']} without it")
     # Only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded.
     claim_stage_dir(out, config, stage="sft", stale=SFT_OUTPUTS, resuming=resume_from is not None)
     save_config(config, out / "config.yaml")

@@ -1,0 +1,79 @@
+"""The environment settings every stage shares: one name and one default wherever they appear.
+
+``SFTConfig``, ``GRPOConfig`` and ``EvalConfig`` inherit :class:`EnvironmentSettings`, so ``--environment calculator
+--max-turns 4`` means the same thing to ``agentic-rl sft``, ``grpo`` and ``eval`` (and to the pipeline's sections,
+``tune`` and the ``rl_training`` tool, which build those configs). Without ``environment`` the stages are single-turn
+and the other settings here must keep their defaults: a setting that would be silently ignored is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Callable
+
+from agentic_rl.config import check_range, setting
+from agentic_rl.errors import ConfigError
+
+
+@dataclass
+class EnvironmentSettings:
+    environment: str | None = setting(
+        None, "multi-turn environment: 'calculator' (tool use), 'self_correct' (retry after feedback), or "
+        "'module:Class' (yours: our Environment API, or TRL's environment_factory shape with reset(**row) and typed "
+        "tool methods); unset: single-turn prompts and completions")
+    environment_args: dict[str, Any] = setting({}, "extra keyword arguments of the environment's constructor (a YAML "
+                                               "mapping, e.g. {final_turn: answer} or {wrong_attempt_reward: -0.2})")
+    max_turns: int = setting(4, "environment: assistant turns per episode (self_correct: attempts); the last turn is "
+                             "scored as the answer")
+    max_tool_calls: int = setting(3, "environment: tool calls per episode; more get an error observation")
+    tool_call_reward: float = setting(0.1, "environment: step reward for each useful valid tool call")
+    tool_error_reward: float = setting(0.0, "environment: step reward for a tool call that returns an error (<= 0)")
+    answer_reward: float = setting(1.0, "environment: reward of a correct final answer")
+    tools_in_prompt: bool = setting(True, "environment: render the tools' JSON schemas into the prompt with the chat "
+                                    "template (off for the embedded tiny model: its SFT teaches the call format)")
+    max_turn_tokens: int = setting(48, "environment: new tokens per assistant turn")
+
+    def check_environment_settings(self) -> None:
+        """Ranges, and no environment setting changed without an environment (it would be ignored)."""
+        check_range(self, ("max_turns", "max_turn_tokens"), 1)
+        check_range(self, "max_tool_calls", 0)
+        check_range(self, "answer_reward", 0, low_open=True)
+        check_range(self, "tool_call_reward")  # any finite number
+        check_range(self, "tool_error_reward", high=0)  # a positive value would reward broken tool calls
+        if self.environment is not None and not str(self.environment).strip():
+            raise ConfigError("environment must be a name or module:Class; leave it unset for single-turn training")
+        if self.environment is None:
+            changed = [f.name for f in fields(EnvironmentSettings)
+                       if f.name != "environment" and getattr(self, f.name) != _default(f)]
+            if changed:
+                raise ConfigError(f"{changed[0]} applies to multi-turn episodes only: set environment (e.g. "
+                                  f"--environment calculator) or drop {changed[0]}")
+
+    def environment_settings(self) -> dict[str, Any]:
+        """The environment's constructor settings (``environment_factory`` passes those its class accepts)."""
+        return {"max_turns": self.max_turns, "max_tool_calls": self.max_tool_calls,
+                "tool_call_reward": self.tool_call_reward, "tool_error_reward": self.tool_error_reward,
+                "answer_reward": self.answer_reward}
+
+
+def _default(f) -> Any:
+    return f.default_factory() if callable(getattr(f, "default_factory", None)) else f.default
+
+
+def build_environment(config: EnvironmentSettings) -> Callable[[], Any]:
+    """A zero-argument factory of fresh environments for ``config`` (one instance is built now, so a bad
+    environment or argument fails before anything is written)."""
+    from agentic_rl.agent.env import environment_factory
+
+    return environment_factory(config.environment, config.environment_settings(), dict(config.environment_args))
+
+
+def environment_system_prompt(system_prompt: str | None, env: Any) -> str:
+    """The system prompt of an environment's tasks: the config's when set, else the environment's own
+    (``env.system_prompt``), else the project's standard instruction."""
+    from agentic_rl.data.formats import resolve_system_prompt
+
+    if system_prompt is not None:
+        return resolve_system_prompt(system_prompt)
+    own = getattr(env, "system_prompt", None)
+    return own if own is not None else resolve_system_prompt(None)
