@@ -5,6 +5,8 @@
 * :mod:`~agentic_rl.agent.tools` — tools as typed functions (schema from the signature) and the tool registry;
 * :mod:`~agentic_rl.agent.tool_format` — Qwen3-format tool calls: parse, render, and the chat-template token pieces;
 * :mod:`~agentic_rl.agent.calculator_env` — the calculator tool and environment;
+* :mod:`~agentic_rl.agent.self_correct_env` — self-correction: attempts checked by the verifier, feedback, retries;
+* :mod:`~agentic_rl.agent.trl_env` — environments written in TRL's ``environment_factory`` shape;
 * :mod:`~agentic_rl.agent.rollout` — the multi-turn loop (training and evaluation), env masks, TRL ``rollout_func``;
 * :mod:`~agentic_rl.agent.tasks` / :mod:`~agentic_rl.agent.sft` — task rows, tool-use demonstrations, their SFT;
 * :mod:`~agentic_rl.agent.train` — agentic GRPO on TRL's GRPOTrainer;
@@ -12,9 +14,10 @@
 * :mod:`~agentic_rl.agent.quickstart` — the embedded demonstration (``agentic-rl quickstart --agentic``).
 """
 
-from agentic_rl.agent.env import (ENVIRONMENTS, Environment, StepResult, ToolEnvironment, make_environment,
+from agentic_rl.agent.env import (ENVIRONMENT_SETTINGS, ENVIRONMENTS, Environment, StepResult, ToolEnvironment,
+                                  environment_factory, environment_settings_used, make_environment,
                                   register_environment, trajectory_return)
 from agentic_rl.agent.tools import TOOLS, Tool, ToolError, get_tool, register_tool
 
-__all__ = ["ENVIRONMENTS", "Environment", "StepResult", "ToolEnvironment", "make_environment", "register_environment",
+__all__ = ["ENVIRONMENT_SETTINGS", "environment_factory", "environment_settings_used", "ENVIRONMENTS", "Environment", "StepResult", "ToolEnvironment", "make_environment", "register_environment",
            "trajectory_return", "TOOLS", "Tool", "ToolError", "get_tool", "register_tool"]

@@ -14,6 +14,9 @@ for a correct answer (see :class:`agentic_rl.agent.env.ToolEnvironment`). A call
 every number in the expression appears in the question or in an earlier tool result (``39*83`` for "39 tickets for
 $83 each"); an ungrounded call still runs but earns nothing, so the tool bonus cannot be farmed with arbitrary
 arithmetic (``grounded_calls_only=False`` rewards any new valid call).
+
+Its tasks use :data:`agentic_rl.agent.tasks.AGENT_SYSTEM_PROMPT`; its demonstration replays the row's ``<<a*b=c>>``
+annotations as calls (:func:`agentic_rl.agent.tasks.demonstration`), the last turn written as ``final_turn`` says.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import re
 from decimal import Decimal, InvalidOperation
 
 from agentic_rl.agent.env import ToolEnvironment
+from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT, FINAL_TURNS, demonstration
 from agentic_rl.agent.tools import ToolError
+from agentic_rl.errors import ConfigError
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
@@ -52,11 +57,20 @@ def calculator(expression: str) -> str:
 
 
 class CalculatorEnv(ToolEnvironment):
-    """:class:`ToolEnvironment` with the calculator as its one tool (registered as ``calculator``)."""
+    """:class:`ToolEnvironment` with the calculator as its one tool (registered as ``calculator``).
+
+    ``final_turn`` shapes the demonstration's answer turn after the calls: ``"steps"`` (the solution steps and the
+    final-answer line) or ``"answer"`` (only ``Final Answer: N``, copying the last tool result).
+    """
+
+    system_prompt = AGENT_SYSTEM_PROMPT
 
     def __init__(self, *, max_turns: int = 4, max_tool_calls: int = 3, tool_call_reward: float = 0.1,
                  tool_error_reward: float = 0.0, answer_reward: float = 1.0, tools_enabled: bool = True,
-                 answer_check=None, grounded_calls_only: bool = True):
+                 answer_check=None, grounded_calls_only: bool = True, final_turn: str = "steps"):
+        if final_turn not in FINAL_TURNS:
+            raise ConfigError(f"final_turn must be one of {', '.join(FINAL_TURNS)}, got {final_turn!r}")
+        self.final_turn = final_turn
         super().__init__([calculator], max_turns=max_turns, max_tool_calls=max_tool_calls,
                          tool_call_reward=tool_call_reward, tool_error_reward=tool_error_reward,
                          answer_reward=answer_reward, tools_enabled=tools_enabled, answer_check=answer_check)
@@ -65,6 +79,11 @@ class CalculatorEnv(ToolEnvironment):
     def reset(self, task):
         super().reset(task)
         self._known = _numbers(str(task.get("question", "")))
+        return None
+
+    def demonstration(self, task):
+        """The row's annotations as calculator calls, then the answer turn (no calls when tools are disabled)."""
+        return demonstration(task, tools=self.tools_enabled, final_turn=self.final_turn)
 
     def is_useful(self, call, result: str) -> bool:
         grounded = _numbers(str(call.arguments.get("expression", ""))) <= self._known

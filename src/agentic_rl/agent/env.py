@@ -2,10 +2,16 @@
 
 An episode::
 
-    env.reset(task)                      # task = a dataset row (question, ground_truth, ...)
+    first = env.reset(task)              # task = a dataset row (question, ground_truth, ...); may return a string
+                                         # that is appended to the prompt's last user message (as TRL does)
     result = env.step(assistant_text)    # the model's turn, as text
-    result.observation                   # tool messages to append (tool result or error); empty when done
+    result.observation                   # messages to append: ``tool`` results/errors or ``user`` feedback
     result.reward, result.done, result.info
+    env.episode_metrics()                # per-episode numbers once done ({"attempts": 2.0, ...}), averaged in stats
+
+``env.system_prompt`` is the system prompt of the environment's tasks (None: the project's standard one) and
+``env.demonstration(task)`` the messages of one correct episode, for SFT (an assistant message with ``"train": False``
+is shown but not trained on).
 
 The trajectory return is the sum of the step rewards (:func:`trajectory_return`); GRPO uses it as the reward of
 the whole trajectory, so the group-relative advantage reaches every action token.
@@ -20,11 +26,15 @@ Malformed JSON, an unknown tool, bad arguments, a tool error or going over ``max
 observation — never an exception. ``max_turns`` bounds the episode: the last allowed turn is scored as the answer.
 
 Registry: ``register_environment("name", factory)``; :func:`make_environment` takes a registered name or a
-``module:factory`` path plus keyword arguments.
+``module:factory`` path plus keyword arguments. :func:`environment_factory` is what the stages use: it resolves the
+name, passes the common settings (:data:`ENVIRONMENT_SETTINGS`) the factory accepts and the environment's own
+arguments, builds one instance to surface errors before any side effect, and wraps a class in TRL's
+``environment_factory`` shape (``reset(**row)`` + typed tool methods) in :class:`agentic_rl.agent.trl_env.TRLEnvironment`.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -39,7 +49,7 @@ from agentic_rl.errors import ConfigError
 class StepResult:
     """What the environment answers to one assistant turn."""
 
-    observation: list[dict[str, str]]  # tool messages ({"role": "tool", "name", "content"}) to append
+    observation: list[dict[str, str]]  # messages to append: {"role": "tool", "name", "content"} or {"role": "user", ...}
     reward: float
     done: bool
     info: dict[str, Any] = field(default_factory=dict)
@@ -59,13 +69,17 @@ class Environment:
     """Base class: subclass and implement :meth:`reset` and :meth:`step`.
 
     ``tools`` are shown to the model (their schemas go into the chat template) when ``tools_enabled``.
+    ``system_prompt`` is the system message of this environment's task prompts (None: the project's standard
+    :data:`agentic_rl.data.formats.SYSTEM_PROMPT`).
     """
 
     tools: list[Tool] = []
     tools_enabled: bool = True
     max_turns: int = 1
+    system_prompt: str | None = None
 
-    def reset(self, task: dict[str, Any]) -> None:  # pragma: no cover - interface
+    def reset(self, task: dict[str, Any]) -> str | None:  # pragma: no cover - interface
+        """Start an episode on ``task``; a returned string is appended to the prompt's last user message."""
         raise NotImplementedError
 
     def step(self, assistant_text: str) -> StepResult:  # pragma: no cover - interface
@@ -73,6 +87,29 @@ class Environment:
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return [t.schema for t in self.tools] if self.tools_enabled else []
+
+    def episode_metrics(self) -> dict[str, float]:
+        """Numbers describing the finished episode (read once it is done), averaged over episodes by
+        :func:`agentic_rl.agent.rollout.episode_stats` under these key names. Default: none."""
+        return {}
+
+    def demonstration(self, task: dict[str, Any]) -> list[dict[str, Any]]:
+        """The assistant/tool/user messages of one correct episode on ``task``, for SFT (after ``task["prompt"]``).
+
+        An assistant message with ``"train": False`` is part of the context but not trained on (like tool and user
+        messages). Default: one assistant turn with the reference solution (the steps of ``task["answer"]``
+        without calculator annotations, then ``Final Answer: <ground_truth>``).
+        """
+        from agentic_rl.agent.tasks import ground_truth_of, solution_steps
+        from agentic_rl.data.formats import format_solution
+        from agentic_rl.errors import DataError
+
+        if not task.get("answer") and "ground_truth" not in task:
+            raise DataError(f"{type(self).__name__}.demonstration needs the task's 'answer' (reference solution) "
+                            "or 'ground_truth'")
+        answer = str(task.get("answer") or "")
+        truth = str(task["ground_truth"]) if "ground_truth" in task else ground_truth_of(answer)
+        return [{"role": "assistant", "content": format_solution(solution_steps(answer), truth)}]
 
 
 def default_answer_check(text: str, ground_truth: str) -> bool:
@@ -103,12 +140,13 @@ class ToolEnvironment(Environment):
 
     # -- episode -----------------------------------------------------------------------------------------------
 
-    def reset(self, task: dict[str, Any]) -> None:
+    def reset(self, task: dict[str, Any]) -> str | None:
         self.task = task
         self.turn = 0
         self.tool_calls = 0  # calls that ran and returned a result
         self.tool_errors = 0  # calls that produced an error observation
         self._seen_calls: set[str] = set()
+        return None
 
     def step(self, assistant_text: str) -> StepResult:
         self.turn += 1
@@ -173,7 +211,8 @@ class ToolEnvironment(Environment):
 ENVIRONMENTS: dict[str, Callable[..., Environment]] = {}
 #: The environments this package ships, as ``module:attribute``: imported on first use, because their modules build
 #: on this one (importing them here would make an import cycle).
-BUILTIN_ENVIRONMENTS = {"calculator": "agentic_rl.agent.calculator_env:CalculatorEnv"}
+BUILTIN_ENVIRONMENTS = {"calculator": "agentic_rl.agent.calculator_env:CalculatorEnv",
+                        "self_correct": "agentic_rl.agent.self_correct_env:SelfCorrectEnv"}
 
 
 def register_environment(name: str, factory: Callable[..., Environment] | None = None):
@@ -208,3 +247,125 @@ def make_environment(spec: str | Callable[..., Environment], **kwargs: Any) -> E
     if not hasattr(env, "reset") or not hasattr(env, "step"):
         raise ConfigError(f"environment '{spec}' must have reset(task) and step(text) methods")
     return env
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The stages' entry point: one settings vocabulary for every environment
+# ---------------------------------------------------------------------------------------------------------------
+
+#: Settings every stage offers for any environment, with the same names everywhere. Each goes to an environment
+#: only if its factory takes it (see :func:`environment_settings_used`).
+ENVIRONMENT_SETTINGS = ("max_turns", "max_tool_calls", "tool_call_reward", "tool_error_reward", "answer_reward")
+#: Also accepted in ``settings`` (passed on the same terms): whether the episode may call tools (evaluation without
+#: tools builds the environment with ``tools_enabled=False``).
+EXTRA_SETTINGS = ("tools_enabled",)
+
+
+def _spec_name(spec: Any) -> str:
+    return spec if isinstance(spec, str) else getattr(spec, "__qualname__", None) or repr(spec)
+
+
+def is_trl_environment_class(obj: Any) -> bool:
+    """Whether ``obj`` (a class or an instance) has TRL's environment shape: a ``reset`` method and no ``step``."""
+    cls = obj if inspect.isclass(obj) else type(obj)
+    return callable(getattr(cls, "reset", None)) and not callable(getattr(cls, "step", None))
+
+
+def _accepted_keywords(factory: Callable[..., Any]) -> set[str] | None:
+    """The keyword arguments ``factory`` takes, or None when it takes any (``**kwargs``) or cannot be inspected."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def environment_settings_used(spec: str | Callable[..., Any]) -> set[str]:
+    """The common settings (:data:`ENVIRONMENT_SETTINGS`) that the environment ``spec`` takes: the stages warn that
+    the others are ignored. A class in TRL's shape takes them all (its adapter applies them)."""
+    factory = get_environment_factory(spec)
+    if inspect.isclass(factory) and is_trl_environment_class(factory):
+        return set(ENVIRONMENT_SETTINGS)
+    accepted = _accepted_keywords(factory)
+    return set(ENVIRONMENT_SETTINGS) if accepted is None else set(ENVIRONMENT_SETTINGS) & accepted
+
+
+class EnvironmentFactory:
+    """A zero-argument factory of fresh environments (one per episode), made by :func:`environment_factory`.
+
+    ``example`` is the instance built eagerly to surface errors (read ``system_prompt``, ``tool_schemas()`` from it);
+    ``settings_used`` the common settings the environment received.
+    """
+
+    def __init__(self, name: str, build: Callable[[], Environment], example: Environment, settings_used: set[str]):
+        self.name = name
+        self._build = build
+        self.example = example
+        self.settings_used = settings_used
+
+    def __call__(self) -> Environment:
+        return self._build()
+
+    def __repr__(self) -> str:
+        return f"EnvironmentFactory({self.name})"
+
+
+def environment_factory(spec: str | Callable[..., Any], settings: dict[str, Any],
+                        environment_args: dict[str, Any] | None = None) -> EnvironmentFactory:
+    """A zero-argument factory of the environment ``spec`` (registered name, builtin, ``module:attr`` or callable).
+
+    ``settings`` holds common settings (:data:`ENVIRONMENT_SETTINGS`, plus ``tools_enabled``); each is passed only
+    if the factory accepts it (None values are left to the environment's default). ``environment_args`` are the
+    environment's own keyword arguments; one the factory does not take is a :class:`ConfigError` naming it. A class
+    in TRL's shape (``reset(**row)`` and typed tool methods, no ``step``) gets ``environment_args``; the common
+    settings go to its :class:`~agentic_rl.agent.trl_env.TRLEnvironment` adapter. One instance is built here, so a
+    wrong argument or a tool without types fails now, before any side effect.
+    """
+    name = _spec_name(spec)
+    environment_args = dict(environment_args or {})
+    known = set(ENVIRONMENT_SETTINGS) | set(EXTRA_SETTINGS)
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ConfigError(f"unknown environment setting '{unknown[0]}'; the common settings are "
+                          f"{', '.join(ENVIRONMENT_SETTINGS + EXTRA_SETTINGS)}")
+    shadowing = sorted(set(environment_args) & known)
+    if shadowing:
+        raise ConfigError(f"environment_args sets '{shadowing[0]}', a common environment setting; set it as the "
+                          f"stage's {shadowing[0]} instead")
+    factory = get_environment_factory(spec)
+    common = {k: v for k, v in settings.items() if v is not None}
+    trl_class = inspect.isclass(factory) and is_trl_environment_class(factory)
+    accepted = _accepted_keywords(factory)
+    if accepted is not None:
+        for key in environment_args:
+            if key not in accepted:
+                takes = ", ".join(sorted(accepted - known)) or "no arguments of its own"
+                raise ConfigError(f"environment '{name}' does not accept the argument '{key}' (environment_args); "
+                                  f"it takes {takes}")
+    passed = {} if trl_class else {k: v for k, v in common.items() if accepted is None or k in accepted}
+
+    def build_raw() -> Any:
+        return factory(**passed, **environment_args)
+
+    first = build_raw()
+    if is_trl_environment_class(first):
+        from agentic_rl.agent.trl_env import TRLEnvironment
+
+        adapter_settings = common  # the adapter applies the turn limits and rewards
+        example = TRLEnvironment(first, **adapter_settings)
+
+        def build() -> Environment:
+            return TRLEnvironment(build_raw(), **adapter_settings)
+
+        used = set(ENVIRONMENT_SETTINGS)
+    else:
+        if not callable(getattr(first, "reset", None)) or not callable(getattr(first, "step", None)):
+            raise ConfigError(f"environment '{name}' must build an object with reset(task) and step(text) methods "
+                              "(or, in TRL's shape, reset(**row) and tool methods); got "
+                              f"{type(first).__name__}")
+        example = first
+        build = build_raw
+        used = set(ENVIRONMENT_SETTINGS) if accepted is None else set(ENVIRONMENT_SETTINGS) & accepted
+    return EnvironmentFactory(name, build, example, used)

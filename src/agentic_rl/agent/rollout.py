@@ -5,8 +5,10 @@ One loop serves training (sampled, through TRL's ``rollout_func`` hook) and eval
     prompt ─ generate turn 1 ─ env.step ─ tool-message tokens ─ generate turn 2 ─ env.step ─ ... ─ done
 
 Everything after the prompt is one token sequence, ``completion_ids``, with a parallel ``env_mask``: 1 for tokens
-the model generated (actions, trained on), 0 for tokens the environment inserted (tool responses and the chat
-template around them, never trained on). Turns are spliced at the token level (see
+the model generated (actions, trained on), 0 for tokens the environment inserted (tool responses or ``user``
+feedback messages and the chat template around them, never trained on). A string returned by ``env.reset(task)``
+is appended to the prompt's last user message before the prompt is tokenized, as TRL's ``environment_factory``
+does; ``env.episode_metrics()`` is read once the episode is over and averaged by :func:`episode_stats`. Turns are spliced at the token level (see
 :class:`agentic_rl.agent.tool_format.ChatFormat`), so the sequence GRPO scores is exactly the sequence that was
 sampled. The trajectory's return is the sum of its step rewards.
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from agentic_rl.agent.env import Environment, trajectory_return
-from agentic_rl.agent.tool_format import ChatFormat
+from agentic_rl.agent.tool_format import OBSERVATION_ROLES, ChatFormat
 from agentic_rl.errors import DataError
 
 
@@ -51,7 +53,7 @@ class Trajectory:
     completion_ids: list[int] = field(default_factory=list)
     env_mask: list[int] = field(default_factory=list)  # 1 = model token (action), 0 = environment token
     step_rewards: list[float] = field(default_factory=list)
-    messages: list[dict[str, str]] = field(default_factory=list)  # assistant and tool messages, in order
+    messages: list[dict[str, str]] = field(default_factory=list)  # assistant and observation messages, in order
     turns: int = 0
     tool_calls: int = 0  # tool-call blocks written (valid or not)
     tool_errors: int = 0  # calls answered with an error observation
@@ -59,6 +61,7 @@ class Trajectory:
     answered: bool = False  # the episode ended with an answer turn (not cut by the token budget)
     correct: bool = False
     truncated: bool = False  # the token budget ran out before the episode was done
+    metrics: dict[str, float] = field(default_factory=dict)  # env.episode_metrics() after the episode
 
     @property
     def total_return(self) -> float:
@@ -72,7 +75,7 @@ class Trajectory:
         return {"return": self.total_return, "step_rewards": self.step_rewards, "turns": self.turns,
                 "tool_calls": self.tool_calls, "tool_errors": self.tool_errors,
                 "useful_tool_calls": self.useful_tool_calls, "correct": self.correct,
-                "truncated": self.truncated, "messages": self.messages}
+                "truncated": self.truncated, "metrics": self.metrics, "messages": self.messages}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -100,6 +103,20 @@ def _decode_turn(tokenizer, ids: list[int], fmt: ChatFormat) -> str:
 # The episode loop
 # ---------------------------------------------------------------------------------------------------------------
 
+def prompt_with_observation(prompt: list[dict[str, Any]], observation: Any) -> list[dict[str, Any]]:
+    """``prompt`` with a reset observation (a string) appended to its last user message, as TRL does; a new list
+    (the task's prompt is not changed). None leaves the prompt as it is."""
+    if observation is None:
+        return prompt
+    if not isinstance(observation, str):
+        raise DataError(f"an environment's reset() must return a string or None, got {type(observation).__name__}")
+    last_user = max((k for k, m in enumerate(prompt) if m.get("role") == "user"), default=None)
+    if last_user is None:
+        raise DataError("the task prompt has no user message to append the environment's first observation to")
+    message = prompt[last_user]
+    return [*prompt[:last_user], {**message, "content": message["content"] + observation}, *prompt[last_user + 1:]]
+
+
 def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str, Any]],
                  prompts: list[list[dict[str, str]]], settings: RolloutSettings,
                  chat_format: ChatFormat | None = None) -> list[Trajectory]:
@@ -110,7 +127,7 @@ def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else fmt.end_of_turn_id
     trajectories = []
     for env, task, prompt in zip(envs, tasks, prompts):
-        env.reset(task)
+        prompt = prompt_with_observation(prompt, env.reset(task))
         tools = env.tool_schemas() if settings.tools_in_prompt else None
         trajectories.append(Trajectory(prompt_ids=fmt.prompt_ids(prompt, tools)))
 
@@ -141,8 +158,8 @@ def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str
                 traj.answered = True
                 traj.correct = bool(result.info.get("correct", False))
                 continue
-            # Close a turn cut by the per-turn limit, then the tool messages and the next generation prompt.
-            suffix = ([] if ended else [fmt.end_of_turn_id]) + fmt.tool_suffix_ids(result.observation)
+            # Close a turn cut by the per-turn limit, then the observation messages and the next generation prompt.
+            suffix = ([] if ended else [fmt.end_of_turn_id]) + fmt.observation_suffix_ids(result.observation)
             if len(traj.completion_ids) + len(suffix) >= settings.max_completion_length:
                 traj.truncated = True  # no room left for another turn: the episode ends without an answer
                 continue
@@ -151,16 +168,18 @@ def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str
             traj.messages += result.observation
             still_active.append(i)
         active = still_active
+    for traj, env in zip(trajectories, envs):
+        traj.metrics = {key: float(value) for key, value in env.episode_metrics().items()}
     return trajectories
 
 
-def encode_episode(fmt: ChatFormat, prompt: list[dict[str, str]], messages: list[dict[str, str]],
+def encode_episode(fmt: ChatFormat, prompt: list[dict[str, str]], messages: list[dict[str, Any]],
                    tools: list[dict] | None = None) -> tuple[list[int], list[int], list[int]]:
-    """(prompt_ids, completion_ids, env_mask) of a written episode: assistant turns alternating with tool messages.
+    """(prompt_ids, completion_ids, env_mask) of a written episode: assistant turns alternating with observations.
 
     Spliced exactly as :func:`run_episodes` splices a sampled episode: each assistant turn is its text plus the
-    end-of-turn token (mask 1); each run of tool messages is rendered by the chat template with the next generation
-    prompt (mask 0).
+    end-of-turn token (mask 1, or 0 when the message says ``"train": False``); each run of observation messages
+    (``tool`` results, ``user`` feedback) is rendered by the chat template with the next generation prompt (mask 0).
     """
     prompt_ids = fmt.prompt_ids(prompt, tools)
     completion, mask = [], []
@@ -170,18 +189,19 @@ def encode_episode(fmt: ChatFormat, prompt: list[dict[str, str]], messages: list
         if message["role"] == "assistant":
             ids = fmt.turn_ids(message["content"])
             completion += ids
-            mask += [1] * len(ids)
+            mask += [int(bool(message.get("train", True)))] * len(ids)
             k += 1
-        elif message["role"] == "tool":
+        elif message["role"] in OBSERVATION_ROLES:
             run = []
-            while k < len(messages) and messages[k]["role"] == "tool":
+            while k < len(messages) and messages[k]["role"] in OBSERVATION_ROLES:
                 run.append(messages[k])
                 k += 1
-            ids = fmt.tool_suffix_ids(run)
+            ids = fmt.observation_suffix_ids(run)
             completion += ids
             mask += [0] * len(ids)
         else:
-            raise DataError(f"episode message {k} has role '{message['role']}'; expected assistant or tool")
+            raise DataError(f"episode message {k} has role '{message['role']}'; expected assistant, "
+                            f"{' or '.join(OBSERVATION_ROLES)}")
     return prompt_ids, completion, mask
 
 
@@ -190,10 +210,12 @@ def encode_episode(fmt: ChatFormat, prompt: list[dict[str, str]], messages: list
 # ---------------------------------------------------------------------------------------------------------------
 
 def episode_stats(trajectories: list[Trajectory]) -> dict[str, float]:
-    """Tool-call rate (episodes with >= 1 valid call), tool error rate (errors / calls), turns, return, accuracy."""
+    """Tool-call rate (episodes with >= 1 valid call), tool error rate (errors / calls), turns, return, accuracy,
+    and each key of the environment's ``episode_metrics`` averaged over the episodes that report it (a key that
+    is also one of these names gets the prefix ``env_``)."""
     n = max(len(trajectories), 1)
     calls = sum(t.tool_calls for t in trajectories)
-    return {
+    stats = {
         "accuracy": sum(t.correct for t in trajectories) / n,
         "tool_call_rate": sum(t.valid_tool_calls > 0 for t in trajectories) / n,
         "tool_calls_per_episode": calls / n,
@@ -203,6 +225,13 @@ def episode_stats(trajectories: list[Trajectory]) -> dict[str, float]:
         "return": sum(t.total_return for t in trajectories) / n,
         "truncated_rate": sum(t.truncated for t in trajectories) / n,
     }
+    reported: dict[str, list[float]] = {}
+    for t in trajectories:
+        for key, value in t.metrics.items():
+            reported.setdefault(key, []).append(value)
+    for key, values in reported.items():
+        stats[f"env_{key}" if key in stats else key] = sum(values) / len(values)
+    return stats
 
 
 def prompt_key(prompt: list[dict[str, Any]]) -> tuple:

@@ -16,7 +16,9 @@ or, with ``final_turn="answer"`` (the embedded quickstart: less for a tiny model
 
 :func:`demonstration_examples` tokenizes episodes with :func:`agentic_rl.agent.rollout.encode_episode` and sets the
 labels of the prompt and of every tool-response token to -100: SFT learns the calls and the answer, never the
-tool's output.
+tool's output. :func:`environment_examples` does the same for any environment, from its ``demonstration(task)``:
+labels are -100 on the prompt, on tool and ``user`` (feedback) messages and on assistant turns marked
+``"train": False`` (e.g. the wrong first attempt of a self-correction demonstration).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agentic_rl.agent.rollout import encode_episode
+from agentic_rl.agent.rollout import encode_episode, prompt_with_observation
 from agentic_rl.agent.tool_format import ChatFormat, render_tool_call, tool_message
 from agentic_rl.data.formats import CALC_ANNOTATION, SYSTEM_PROMPT, build_prompt, format_solution
 from agentic_rl.errors import DataError
@@ -103,4 +105,28 @@ def demonstration_examples(tokenizer, rows: list[dict[str, Any]], *, tools: bool
                                                       tool_schemas if tools else None)
         labels = [-100] * len(prompt_ids) + [tok if m else -100 for tok, m in zip(completion, mask)]
         examples.append({"input_ids": prompt_ids + completion, "labels": labels})
+    return examples
+
+
+def _labelled(fmt: ChatFormat, prompt, messages, tools) -> dict[str, list[int]]:
+    prompt_ids, completion, mask = encode_episode(fmt, prompt, messages, tools)
+    labels = [-100] * len(prompt_ids) + [tok if m else -100 for tok, m in zip(completion, mask)]
+    return {"input_ids": prompt_ids + completion, "labels": labels}
+
+
+def environment_examples(tokenizer, env, tasks: list[dict[str, Any]], *, tools_in_prompt: bool = True,
+                         chat_template_kwargs: dict | None = None) -> list[dict[str, list[int]]]:
+    """Tokenized SFT examples ``{"input_ids", "labels"}`` of ``env.demonstration(task)`` for each task, for any
+    environment. The prompt is ``task["prompt"]`` with the string ``env.reset(task)`` returns appended (as in a
+    rollout), the environment's tool schemas in it when ``tools_in_prompt``; labels are -100 on the prompt, on
+    tool and user messages and on assistant turns with ``"train": False``."""
+    fmt = ChatFormat(tokenizer, chat_template_kwargs if chat_template_kwargs is not None
+                     else {"enable_thinking": False})
+    examples = []
+    for i, task in enumerate(tasks):
+        if "prompt" not in task:
+            raise DataError(f"task row {i} has no 'prompt'")
+        prompt = prompt_with_observation(task["prompt"], env.reset(task))
+        tools = env.tool_schemas() if tools_in_prompt else None
+        examples.append(_labelled(fmt, prompt, env.demonstration(task), tools))
     return examples

@@ -115,6 +115,8 @@ def tool_message(name: str | None, content: str) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------------------
 
 _SENTINEL = "ASSISTANT_TURN_SENTINEL_91"
+#: Roles of the messages an environment may answer with: tool results and (e.g. feedback) user messages.
+OBSERVATION_ROLES = ("tool", "user")
 
 
 class ChatFormat:
@@ -146,11 +148,18 @@ class ChatFormat:
         """An assistant turn as the model writes it: its text, then the end-of-turn token."""
         return self.encode(assistant_text) + [self.end_of_turn_id]
 
-    def tool_suffix_ids(self, tool_messages: list[dict[str, str]]) -> list[int]:
-        """Tokens after an assistant turn's end token: the tool messages, then the next generation prompt."""
+    def observation_suffix_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """Tokens after an assistant turn's end token: a run of observation messages (role ``tool`` for tool
+        results, ``user`` for feedback), then the next generation prompt."""
+        roles = sorted({m.get("role") for m in messages} - set(OBSERVATION_ROLES), key=str)
+        if roles:
+            raise ConfigError(f"an observation message has role {roles[0]!r}; environments answer with "
+                              f"{' or '.join(OBSERVATION_ROLES)} messages")
         base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _SENTINEL}]
+        # Only role, content and name go to the template (a demonstration's "train" flag is not the template's).
+        rendered = [{k: v for k, v in m.items() if k in ("role", "content", "name")} for m in messages]
         try:
-            full = self.tokenizer.apply_chat_template(base + list(tool_messages), tokenize=False,
+            full = self.tokenizer.apply_chat_template(base + rendered, tokenize=False,
                                                       add_generation_prompt=True, **self.kwargs)
         except Exception as exc:  # noqa: BLE001 - a template without tool messages is a configuration problem
             raise ConfigError(f"the chat template cannot render tool messages ({exc}); use a model whose template "
@@ -160,3 +169,6 @@ class ChatFormat:
             raise ConfigError(f"the chat template does not end an assistant turn with {self.end_of_turn!r}; "
                               "multi-turn rollouts need a template where it does (Qwen-style)")
         return self.encode(full[full.index(marker) + len(marker):])
+
+    #: The earlier name (observations were tool messages only).
+    tool_suffix_ids = observation_suffix_ids
