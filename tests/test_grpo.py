@@ -183,10 +183,53 @@ def test_reward_functions_receive_the_dataset_columns(lora_run, recorder_module)
     assert samples[0]["rewards"]["recording_reward"] in (0.0, 1.0)
 
 
-def test_beta_gives_a_nonzero_kl_and_the_run_writes_its_outputs(lora_run):
+# The stage's real-run tests, over no environment and the two shipped ones. In an environment the reward is the
+# episode's return; the start is a micro model given 60 SFT steps in that environment, so sampled episodes differ
+# (tool-call errors cost tool_error_reward; self_correct's attempts before the token budget ends differ) and the
+# groups carry a signal.
+ENVIRONMENT_CASES = {
+    "calculator": dict(environment="calculator", environment_args={"final_turn": "answer"}, tools_in_prompt=False,
+                       tool_error_reward=-0.1, max_completion_length=48, max_turn_tokens=16,
+                       dataset="synthetic:multiplication"),
+    "self_correct": dict(environment="self_correct", tools_in_prompt=False, max_completion_length=160,
+                         max_turn_tokens=40, dataset="synthetic:multiplication"),
+}
+
+
+def _environment_start(model_dir: Path, out: Path, environment: str) -> Path:
+    from agentic_rl.train.sft import SFTConfig
+    from agentic_rl.train.sft import run as sft
+
+    case = ENVIRONMENT_CASES[environment]
+    result = sft(config_from_dict(SFTConfig, dict(
+        model=str(model_dir), output_dir=str(out), environment=environment,
+        environment_args=case.get("environment_args", {}), dataset=case["dataset"], tools_in_prompt=False,
+        max_samples=256, max_steps=60, batch_size=8, full=True, learning_rate=3e-3, report_to="none",
+        save_steps=1000)))
+    return Path(result["model_dir"])
+
+
+@pytest.fixture(scope="module", params=[None, "calculator", "self_correct"], ids=["single-turn", "calculator",
+                                                                                  "self_correct"])
+def grpo_case(request, lora_run, tiny_model_dir, tmp_path_factory, recorder_module):
+    """(start model, config, result, extra settings of the case) of a 2-step LoRA run with beta 0.2 and held-out
+    checks every step."""
+    from agentic_rl.train.grpo import run
+
+    environment = request.param
+    if environment is None:
+        cfg, result = lora_run
+        return tiny_model_dir, cfg, result, {"rewards": [f"{recorder_module}:recording_reward"]}
+    start = _environment_start(tiny_model_dir, tmp_path_factory.mktemp(f"sft_{environment}"), environment)
+    cfg = _config(start, tmp_path_factory.mktemp(f"grpo_{environment}"), beta=0.2, heldout_every=1, heldout_samples=3,
+                  report_to=["tensorboard"], **ENVIRONMENT_CASES[environment])
+    return start, cfg, run(cfg), ENVIRONMENT_CASES[environment]
+
+
+def test_beta_gives_a_nonzero_kl_and_the_run_writes_its_outputs(grpo_case):
     from transformers import AutoModelForCausalLM
 
-    cfg, result = lora_run
+    _, cfg, result, _ = grpo_case
     out = Path(result["model_dir"]).parent
     metrics = [r for r in _rows(out / "metrics.jsonl") if "grpo/kl" in r]
     assert metrics[0]["grpo/kl"] == 0.0  # step 1: the fresh adapter is the reference
@@ -198,6 +241,14 @@ def test_beta_gives_a_nonzero_kl_and_the_run_writes_its_outputs(lora_run):
     assert (out / "adapter" / "adapter_config.json").is_file()
     merged = AutoModelForCausalLM.from_pretrained(out / "merged")
     assert merged.config.model_type == "qwen3" and result["steps"] == 2
+    if cfg.environment is not None:  # episodes: tool statistics in the logs, the held-out checks and rollouts.jsonl
+        trained = [r for r in _rows(out / "metrics.jsonl") if "agent/tool_call_rate" in r]
+        assert [r["step"] for r in trained] == [1, 2] and all("agent/return" in r for r in trained)
+        assert all("tool_call_rate" in h and "turns_per_episode" in h for h in heldout)
+        rollouts = _rows(out / "rollouts.jsonl")
+        assert len(rollouts) == 2 and rollouts[0]["samples"][0]["messages"][0]["role"] == "assistant"
+        if cfg.environment == "self_correct":  # the environment's own statistics reach the logs
+            assert all("agent/success_at_1" in r and "agent/attempts" in r for r in trained)
 
 
 def _weights(path: Path) -> dict:
@@ -206,21 +257,20 @@ def _weights(path: Path) -> dict:
     return load_file(str(path / "model.safetensors"))
 
 
-def test_lora_and_full_fine_tuning_train_different_parameters(lora_run, tiny_model_dir, tmp_path):
+def test_lora_and_full_fine_tuning_train_different_parameters(grpo_case, tmp_path):
     from agentic_rl.train.grpo import run
 
-    _, lora = lora_run
+    start_dir, _, lora, extra = grpo_case
     lora_out = Path(lora["model_dir"]).parent
     lora_names = (lora_out / "trainable_parameters.txt").read_text().split()
     assert lora_names and all("lora_A" in n or "lora_B" in n for n in lora_names)
 
-    full = run(_config(tiny_model_dir, tmp_path / "full", full=True, beta=0.0, max_steps=1, learning_rate=1e-3,
-                       rewards=["grpo_recording_reward:recording_reward"]))
+    full = run(_config(start_dir, tmp_path / "full", full=True, beta=0.0, max_steps=1, learning_rate=1e-3, **extra))
     full_names = (tmp_path / "full" / "trainable_parameters.txt").read_text().split()
     assert "model.embed_tokens.weight" in full_names and not any("lora" in n for n in full_names)
     assert full["adapter_dir"] is None and full["trainable_parameters"] > lora["trainable_parameters"]
 
-    start, after_lora, after_full = (_weights(tiny_model_dir), _weights(lora_out / "merged"),
+    start, after_lora, after_full = (_weights(start_dir), _weights(lora_out / "merged"),
                                      _weights(Path(full["model_dir"])))
     q = "model.layers.0.self_attn.q_proj.weight"
     assert not after_lora[q].equal(start[q]) and after_lora["model.embed_tokens.weight"].equal(
@@ -228,12 +278,12 @@ def test_lora_and_full_fine_tuning_train_different_parameters(lora_run, tiny_mod
     assert not after_full["model.embed_tokens.weight"].equal(start["model.embed_tokens.weight"])
 
 
-def test_resume_continues_from_the_last_checkpoint(lora_run):
+def test_resume_continues_from_the_last_checkpoint(grpo_case):
     import dataclasses
 
     from agentic_rl.train.grpo import run
 
-    cfg, first = lora_run
+    _, cfg, first, _ = grpo_case
     out = Path(first["model_dir"]).parent
     assert (out / "checkpoint-2").is_dir()
     # Same settings (only max_steps grows): a resume with other settings, e.g. heldout_every, is refused.

@@ -74,6 +74,12 @@ def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
             raise ConfigError(f"config key '{key}' must be a list, got {type(value).__name__} {value!r}")
         return [_coerce(f"{key}[{i}]", v, item_tp, from_string) for i, v in enumerate(value)]
     if origin is dict:
+        if from_string and isinstance(value, str):  # a flag: a YAML / JSON mapping, e.g. '{final_turn: answer}'
+            try:
+                value = yaml.safe_load(value) if value.strip() else {}
+            except yaml.YAMLError:
+                raise ConfigError(f"config key '{key}' must be a mapping such as '{{name: value}}', got "
+                                  f"{value[:80]!r}") from None
         if not isinstance(value, dict):
             raise ConfigError(f"config key '{key}' must be a mapping, got {type(value).__name__} {value!r}")
         return dict(value)

@@ -1,0 +1,196 @@
+"""`--environment` in the main stages: SFT on whole-episode demonstrations, GRPO on multi-turn episodes, evaluation
+with and without tools; one settings vocabulary checked the same way in each; a user environment written only
+against TRL's environment_factory contract (the class below, not one of ours) trains and evaluates; a GRPO run in
+an environment killed with SIGKILL resumes to the same total step count."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentic_rl.config import config_from_dict
+from agentic_rl.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class PriceLookup:
+    """A user environment in TRL's shape: ``reset(**row)``, typed tool methods with docstrings, ``get_reward``."""
+
+    def reset(self, **row) -> str:
+        self.question = row["question"]
+        self.lookups = 0
+        return "Prices are in dollars."
+
+    def price(self, item: str) -> str:
+        """Look up the price of an item.
+
+        Args:
+            item: the item to price.
+        """
+        if item == "broken":
+            raise RuntimeError("the price list is unavailable")
+        self.lookups += 1
+        return "3"
+
+    def get_reward(self) -> float:
+        return 1.0 if self.lookups else 0.0
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One vocabulary: the same settings, the same checks, in every stage
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stage", ["sft", "grpo", "eval"])
+def test_environment_settings_have_one_name_and_default_in_every_stage(stage):
+    import dataclasses
+
+    from agentic_rl.agent.settings import EnvironmentSettings
+    from agentic_rl.cli import _load_command
+
+    config_cls, _, _ = _load_command(stage)
+    shared = {f.name: f for f in dataclasses.fields(EnvironmentSettings)}
+    mine = {f.name: f for f in dataclasses.fields(config_cls)}
+    for name, f in shared.items():
+        assert name in mine and mine[name].default == f.default and mine[name].metadata == f.metadata
+    base = {"models": ["m"]} if stage == "eval" else {"model": "m"}
+    with pytest.raises(ConfigError, match="max_turns applies to multi-turn episodes only"):
+        config_from_dict(config_cls, {**base, "max_turns": 2})  # would be ignored without an environment
+    with pytest.raises(ConfigError, match="tool_error_reward must be <= 0"):
+        config_from_dict(config_cls, {**base, "environment": "calculator", "tool_error_reward": 0.5})
+
+
+def test_grpo_refuses_what_episodes_exclude():
+    from agentic_rl.train.grpo import GRPOConfig
+
+    base = {"model": "m", "environment": "calculator"}
+    with pytest.raises(ConfigError, match="the reward is the episode's return"):
+        config_from_dict(GRPOConfig, {**base, "rewards": ["accuracy:1.0"]})
+    with pytest.raises(ConfigError, match="sft_loss_weight works on single-turn prompts only"):
+        config_from_dict(GRPOConfig, {**base, "sft_loss_weight": 0.1})
+    with pytest.raises(ConfigError, match="max_turn_tokens .* must not exceed max_completion_length"):
+        config_from_dict(GRPOConfig, {**base, "max_turn_tokens": 300, "max_completion_length": 64})
+
+
+def test_cli_reads_environment_args_as_a_mapping_and_bad_input_is_one_line(tiny_model_dir, tmp_path):
+    from agentic_rl.cli import main
+
+    out = tmp_path / "sft"
+    code = main(["sft", "--model", str(tiny_model_dir), "--output-dir", str(out), "--environment", "calculator",
+                 "--environment-args", "{final_turn: everything}"])
+    assert code == 2 and not out.exists()  # the environment's own check, before the run directory exists
+    code = main(["sft", "--model", str(tiny_model_dir), "--output-dir", str(out), "--environment", "calculator",
+                 "--environment-args", "{colour: red}"])
+    assert code == 2 and not out.exists()
+    code = main(["grpo", "--model", str(tiny_model_dir), "--output-dir", str(out), "--environment", "nosuch"])
+    assert code == 2 and not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SFT in an environment
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_sft_demonstrations_mix_environment_direct_and_skip_tool_rows(tiny_model_dir):
+    from agentic_rl.agent.settings import build_environment
+    from agentic_rl.models import load_model_and_tokenizer
+    from agentic_rl.train.sft import SFTConfig, build_environment_dataset
+
+    config = config_from_dict(SFTConfig, dict(model=str(tiny_model_dir), environment="calculator",
+                                              dataset="synthetic:multiplication", max_samples=40,
+                                              direct_fraction=0.25, skip_tool_fraction=0.25))
+    _, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
+    dataset, counts = build_environment_dataset(config, build_environment(config), tokenizer)
+    assert counts == {"environment": 20, "skip_tool": 10, "direct": 10} and len(dataset) == 40
+    texts = [tokenizer.decode(r["input_ids"]) for r in dataset]
+    trained = [tokenizer.decode([t for t in r["labels"] if t != -100]) for r in dataset]
+    assert sum("<tool_call>" in t for t in trained) == 20  # only the environment's demonstrations call the tool
+    assert all("<tool_response>" not in t for t in trained)  # tool outputs never carry a loss
+    assert sum("calculator tool" in t for t in texts) == 30  # the environment's prompt: environment + skip_tool rows
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A user environment in TRL's shape, end to end
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_a_user_environment_in_trls_shape_trains_two_grpo_steps_and_evaluates(tiny_model_dir, tmp_path):
+    from agentic_rl.eval.evaluate import EvalConfig
+    from agentic_rl.eval.evaluate import run as evaluate
+    from agentic_rl.train.grpo import GRPOConfig
+    from agentic_rl.train.grpo import run as grpo
+
+    spec = f"{__name__}:PriceLookup"
+    result = grpo(config_from_dict(GRPOConfig, dict(
+        model=str(tiny_model_dir), output_dir=str(tmp_path / "grpo"), environment=spec, max_steps=2,
+        num_generations=2, batch_size=4, max_completion_length=24, max_turn_tokens=12, max_train_samples=8,
+        heldout_every=2, heldout_samples=2, learning_rate=0.05, report_to=["none"], save_steps=10)))
+    assert result["steps"] == 2 and (tmp_path / "grpo" / "merged" / "model.safetensors").is_file()
+    rollouts = _rows(tmp_path / "grpo" / "rollouts.jsonl")
+    assert len(rollouts) == 2 and {"tool_call_rate", "return"} <= set(rollouts[0])
+    summary = evaluate(config_from_dict(EvalConfig, dict(
+        models=[result["model_dir"]], output_dir=str(tmp_path / "eval"), environment=spec, dataset="synthetic",
+        max_samples=4, max_new_tokens=24, max_turn_tokens=12)))
+    metrics = next(iter(summary["results"].values()))
+    assert metrics["num_prompts"] == 4 and {"accuracy", "accuracy_without_tools", "tool_call_rate"} <= set(metrics)
+    episodes = _rows(tmp_path / "eval" / "episodes_with_tools.jsonl")
+    assert len(episodes) == 4 and all("step_rewards" in e for e in episodes)
+    assert (tmp_path / "eval" / "report.md").read_text().count("|") > 10
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Evaluation in an environment
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_eval_with_and_without_tools_reports_both_and_the_environment_statistics(tiny_model_dir, tmp_path):
+    from agentic_rl.eval.evaluate import EvalConfig
+    from agentic_rl.eval.evaluate import run as evaluate
+
+    summary = evaluate(config_from_dict(EvalConfig, dict(
+        models=[str(tiny_model_dir)], output_dir=str(tmp_path), environment="self_correct", max_turns=2,
+        dataset="synthetic", max_samples=3, max_new_tokens=48, max_turn_tokens=8)))
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics == json.loads(json.dumps(next(iter(summary["results"].values()))))
+    with_tools, without = metrics["with_tools"], metrics["without_tools"]
+    assert with_tools["attempts"] == 2.0 and without["attempts"] == 1.0  # without tools: one attempt, no feedback
+    assert {"success_at_1", "success_at_2"} <= set(with_tools)
+    episodes = _rows(tmp_path / "episodes_with_tools.jsonl")
+    assert [m["role"] for m in episodes[0]["messages"]] == ["assistant", "user", "assistant"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SIGKILL mid-run, then --resume
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_grpo_in_an_environment_killed_with_sigkill_resumes_to_the_same_step_count(tiny_model_dir, tmp_path):
+    out = tmp_path / "grpo"
+    command = [sys.executable, "-m", "agentic_rl", "grpo", "--model", str(tiny_model_dir), "--output-dir", str(out),
+               "--environment", "calculator", "--dataset", "synthetic:multiplication", "--max-steps", "6",
+               "--num-generations", "2", "--batch-size", "4", "--max-completion-length", "32",
+               "--max-turn-tokens", "16", "--max-train-samples", "8", "--heldout-every", "0", "--save-steps", "1",
+               "--save-total-limit", "10", "--learning-rate", "0.01", "--report-to", "none"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (out / "checkpoint-2" / "trainer_state.json").is_file():
+        if process.poll() is not None:
+            pytest.fail("the run ended before it could be killed")
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL and not (out / "result.json").exists()
+    resumed = subprocess.run(command + ["--resume"], env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["steps"] == 6 and "checkpoint-" in result["resumed_from"]
+    steps = [r["step"] for r in _rows(out / "metrics.jsonl") if "agent/return" in r]
+    assert steps[-1] == 6 and sorted(set(steps)) == list(range(1, 7))
