@@ -273,8 +273,8 @@ def test_trl_shaped_class_tools_are_discovered_with_schemas():
         "parameters": {"type": "object", "properties": {
             "item": {"type": "string", "description": "the item to order."},
             "count": {"type": "integer", "description": "how many to order."}}, "required": ["item", "count"]}}}]
-    assert factory.settings_used == set(ENVIRONMENT_SETTINGS)
-    assert environment_settings_used("tests.test_environments:Warehouse") == set(ENVIRONMENT_SETTINGS)
+    assert factory.settings_used == {*ENVIRONMENT_SETTINGS, "tools_enabled"}
+    assert environment_settings_used("tests.test_environments:Warehouse") == {*ENVIRONMENT_SETTINGS, "tools_enabled"}
 
 
 def test_trl_shaped_class_in_a_rollout(tokenizer, monkeypatch):
@@ -374,12 +374,13 @@ def test_common_settings_are_passed_only_where_the_signature_takes_them():
     env = factory()
     assert isinstance(env, SelfCorrectEnv) and env.max_turns == 2 and env.answer_reward == 2.0
     assert env.wrong_attempt_reward == -0.3 and not hasattr(env, "max_tool_calls")
-    assert factory.settings_used == {"max_turns", "answer_reward"} == environment_settings_used("self_correct")
+    assert factory.settings_used == {"max_turns", "answer_reward", "tools_enabled"} == \
+        environment_settings_used("self_correct")
     calculator = environment_factory("calculator", {**settings, "tools_enabled": False})()
     assert (calculator.max_turns, calculator.max_tool_calls, calculator.tool_call_reward,
             calculator.tool_error_reward, calculator.answer_reward, calculator.tools_enabled) == (
         2, 7, 0.5, -0.1, 2.0, False)
-    assert environment_settings_used("calculator") == set(ENVIRONMENT_SETTINGS)
+    assert environment_settings_used("calculator") == {*ENVIRONMENT_SETTINGS, "tools_enabled"}
     # None means "the environment's default"
     assert environment_factory("calculator", {"max_turns": None})().max_turns == CalculatorEnv().max_turns
 
