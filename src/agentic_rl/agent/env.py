@@ -29,7 +29,8 @@ Registry: ``register_environment("name", factory)``; :func:`make_environment` ta
 ``module:factory`` path plus keyword arguments. :func:`environment_factory` is what the stages use: it resolves the
 name, passes the common settings (:data:`ENVIRONMENT_SETTINGS`) the factory accepts and the environment's own
 arguments, builds one instance to surface errors before any side effect, and wraps a class in TRL's
-``environment_factory`` shape (``reset(**row)`` + typed tool methods) in :class:`agentic_rl.agent.trl_env.TRLEnvironment`.
+``environment_factory`` shape (``reset(**row)`` + typed tool methods) in
+:class:`agentic_rl.agent.trl_env.TRLEnvironment`.
 """
 
 from __future__ import annotations
@@ -39,17 +40,19 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.agent.tool_format import clip, parse_tool_calls, tool_message
 from agentic_rl.agent.tools import Tool, ToolError, get_tool
 from agentic_rl.config import import_object
-from agentic_rl.errors import ConfigError
+from agentic_rl.data.formats import format_solution
+from agentic_rl.errors import ConfigError, DataError
 
 
 @dataclass
 class StepResult:
     """What the environment answers to one assistant turn."""
 
-    observation: list[dict[str, str]]  # messages to append: {"role": "tool", "name", "content"} or {"role": "user", ...}
+    observation: list[dict[str, str]]  # messages to append: {"role": "tool", "name", "content"} or {"role": "user"...}
     reward: float
     done: bool
     info: dict[str, Any] = field(default_factory=dict)
@@ -100,10 +103,6 @@ class Environment:
         messages). Default: one assistant turn with the reference solution (the steps of ``task["answer"]``
         without calculator annotations, then ``Final Answer: <ground_truth>``).
         """
-        from agentic_rl.agent.tasks import ground_truth_of, solution_steps
-        from agentic_rl.data.formats import format_solution
-        from agentic_rl.errors import DataError
-
         if not task.get("answer") and "ground_truth" not in task:
             raise DataError(f"{type(self).__name__}.demonstration needs the task's 'answer' (reference solution) "
                             "or 'ground_truth'")
@@ -213,6 +212,8 @@ ENVIRONMENTS: dict[str, Callable[..., Environment]] = {}
 #: on this one (importing them here would make an import cycle).
 BUILTIN_ENVIRONMENTS = {"calculator": "agentic_rl.agent.calculator_env:CalculatorEnv",
                         "self_correct": "agentic_rl.agent.self_correct_env:SelfCorrectEnv"}
+#: The adapter of environments in TRL's shape (imported on first use for the same reason).
+TRL_ADAPTER = "agentic_rl.agent.trl_env:TRLEnvironment"
 
 
 def register_environment(name: str, factory: Callable[..., Environment] | None = None):
@@ -282,21 +283,26 @@ def _accepted_keywords(factory: Callable[..., Any]) -> set[str] | None:
     return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
+def _settings_taken(accepted: set[str] | None) -> set[str]:
+    every = set(ENVIRONMENT_SETTINGS) | set(EXTRA_SETTINGS)
+    return every if accepted is None else every & accepted
+
+
 def environment_settings_used(spec: str | Callable[..., Any]) -> set[str]:
-    """The common settings (:data:`ENVIRONMENT_SETTINGS`) that the environment ``spec`` takes: the stages warn that
-    the others are ignored. A class in TRL's shape takes them all (its adapter applies them)."""
+    """The common settings (:data:`ENVIRONMENT_SETTINGS`, and ``tools_enabled``) that the environment ``spec``
+    takes: the stages warn that the others are ignored. A class in TRL's shape takes them all (its adapter applies
+    them)."""
     factory = get_environment_factory(spec)
     if inspect.isclass(factory) and is_trl_environment_class(factory):
-        return set(ENVIRONMENT_SETTINGS)
-    accepted = _accepted_keywords(factory)
-    return set(ENVIRONMENT_SETTINGS) if accepted is None else set(ENVIRONMENT_SETTINGS) & accepted
+        return _settings_taken(None)
+    return _settings_taken(_accepted_keywords(factory))
 
 
 class EnvironmentFactory:
     """A zero-argument factory of fresh environments (one per episode), made by :func:`environment_factory`.
 
     ``example`` is the instance built eagerly to surface errors (read ``system_prompt``, ``tool_schemas()`` from it);
-    ``settings_used`` the common settings the environment received.
+    ``settings_used`` the common settings the environment takes (as :func:`environment_settings_used`).
     """
 
     def __init__(self, name: str, build: Callable[[], Environment], example: Environment, settings_used: set[str]):
@@ -351,15 +357,14 @@ def environment_factory(spec: str | Callable[..., Any], settings: dict[str, Any]
 
     first = build_raw()
     if is_trl_environment_class(first):
-        from agentic_rl.agent.trl_env import TRLEnvironment
-
+        adapter = import_object(TRL_ADAPTER, "environment adapter")
         adapter_settings = common  # the adapter applies the turn limits and rewards
-        example = TRLEnvironment(first, **adapter_settings)
+        example = adapter(first, **adapter_settings)
 
         def build() -> Environment:
-            return TRLEnvironment(build_raw(), **adapter_settings)
+            return adapter(build_raw(), **adapter_settings)
 
-        used = set(ENVIRONMENT_SETTINGS)
+        used = _settings_taken(None)
     else:
         if not callable(getattr(first, "reset", None)) or not callable(getattr(first, "step", None)):
             raise ConfigError(f"environment '{name}' must build an object with reset(task) and step(text) methods "
@@ -367,5 +372,5 @@ def environment_factory(spec: str | Callable[..., Any], settings: dict[str, Any]
                               f"{type(first).__name__}")
         example = first
         build = build_raw
-        used = set(ENVIRONMENT_SETTINGS) if accepted is None else set(ENVIRONMENT_SETTINGS) & accepted
+        used = _settings_taken(accepted)
     return EnvironmentFactory(name, build, example, used)

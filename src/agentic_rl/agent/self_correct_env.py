@@ -26,7 +26,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Callable
 
 from agentic_rl.agent.env import Environment, StepResult, default_answer_check
-from agentic_rl.agent.tasks import ground_truth_of, solution_steps
+from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.data.formats import format_solution
 from agentic_rl.errors import ConfigError
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.agent.rollout import encode_episode, prompt_with_observation
 from agentic_rl.agent.tool_format import ChatFormat, render_tool_call, tool_message
-from agentic_rl.data.formats import CALC_ANNOTATION, SYSTEM_PROMPT, build_prompt, format_solution
+from agentic_rl.data.formats import SYSTEM_PROMPT, build_prompt, format_solution
 from agentic_rl.errors import DataError
 
 AGENT_SYSTEM_PROMPT = (
@@ -36,12 +37,6 @@ AGENT_SYSTEM_PROMPT = (
     "then finish with a last line of the form 'Final Answer: N'."
 )
 _ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]+)>>")
-
-
-def ground_truth_of(answer: str) -> str:
-    if "####" not in answer:
-        raise DataError(f"answer has no '#### N' line: {answer[:60]!r}")
-    return answer.rsplit("####", 1)[1].strip().replace(",", "")
 
 
 def agent_rows(rows: list[dict[str, Any]], *, tools: bool = True, system_prompt: str | None = None
@@ -56,12 +51,6 @@ def agent_rows(rows: list[dict[str, Any]], *, tools: bool = True, system_prompt:
         out.append({"question": row["question"], "prompt": build_prompt(row["question"], prompt_text),
                     "ground_truth": truth, "answer": row.get("answer", row.get("full_answer", ""))})
     return out
-
-
-def solution_steps(answer: str) -> list[str]:
-    """The answer's step lines without calculator annotations and without the ``####`` line."""
-    lines = [ln for ln in answer.splitlines() if ln.strip() and not ln.strip().startswith("####")]
-    return [CALC_ANNOTATION.sub("", ln).strip() for ln in lines]
 
 
 FINAL_TURNS = ("steps", "answer")
@@ -114,7 +103,7 @@ def _labelled(fmt: ChatFormat, prompt, messages, tools) -> dict[str, list[int]]:
     return {"input_ids": prompt_ids + completion, "labels": labels}
 
 
-def environment_examples(tokenizer, env, tasks: list[dict[str, Any]], *, tools_in_prompt: bool = True,
+def environment_examples(tokenizer, env, tasks: list[dict[str, Any]], tools_in_prompt: bool = True,
                          chat_template_kwargs: dict | None = None) -> list[dict[str, list[int]]]:
     """Tokenized SFT examples ``{"input_ids", "labels"}`` of ``env.demonstration(task)`` for each task, for any
     environment. The prompt is ``task["prompt"]`` with the string ``env.reset(task)`` returns appended (as in a
