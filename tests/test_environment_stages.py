@@ -157,7 +157,7 @@ def test_eval_with_and_without_tools_reports_both_and_the_environment_statistics
 
     summary = evaluate(config_from_dict(EvalConfig, dict(
         models=[str(tiny_model_dir)], output_dir=str(tmp_path), environment="self_correct", max_turns=2,
-        dataset="synthetic", max_samples=3, max_new_tokens=48, max_turn_tokens=8)))
+        dataset="synthetic", max_samples=3, max_new_tokens=128, max_turn_tokens=8)))
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics == json.loads(json.dumps(next(iter(summary["results"].values()))))
     with_tools, without = metrics["with_tools"], metrics["without_tools"]

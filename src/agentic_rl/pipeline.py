@@ -32,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
+from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import check_keys, config_from_dict, format_config, read_yaml, save_config
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import (check_run_name, create_run_root, delete_run_dir, describe, differing_keys, has_run,
@@ -45,7 +46,10 @@ EMBEDDED = "embedded"
 
 
 @dataclass
-class PipelineConfig:
+class PipelineConfig(EnvironmentSettings):
+    """The ladder's settings. The environment settings (``environment``, ``max_turns``, ...) are given once at the top
+    level and reach SFT, GRPO, the control and every evaluation alike (a stage's section may still override one)."""
+
     name: str = field(default="pipeline", metadata={"help": "run name; outputs go to runs/<name>/ unless output_dir"})
     output_dir: str | None = field(default=None, metadata={"help": "run directory (default runs/<name>)"})
     model: str = field(default=EMBEDDED, metadata={
@@ -90,23 +94,38 @@ class PipelineConfig:
             raise ConfigError(f"sampled_eval must be >= 0 (0 = off), got {self.sampled_eval}")
         if self.sampled_eval and not self.evaluate_stages:
             raise ConfigError("sampled_eval evaluates the stages: it needs evaluate_stages: true")
+        self.check_environment_settings()
+        if self.environment is not None and self.sampled_eval:
+            raise ConfigError("sampled_eval is not available with an environment (its evaluation plays greedy "
+                              "episodes): set sampled_eval: 0")
+
+
+#: The embedded presets (``src/agentic_rl/configs/<file>.yaml``; ``--smoke`` takes ``<file>-smoke.yaml``).
+QUICKSTART_PRESETS = {"default": "quickstart", "agentic": "quickstart-agentic"}
 
 
 @dataclass
 class QuickstartConfig:
-    name: str = field(default="quickstart", metadata={"help": "run name; outputs go to runs/<name>/"})
+    name: str | None = field(default=None, metadata={
+        "help": "run name; outputs go to runs/<name>/ (default: the preset's file name, e.g. quickstart)"})
+    preset: str = field(default="default", metadata={
+        "help": "the embedded ladder: 'default' (single-turn GSM8K-style problems) or 'agentic' (multi-turn calculator "
+                "tool use: SFT on tool-use episodes, then GRPO in the environment)",
+        "choices": list(QUICKSTART_PRESETS)})
     seed: int = field(default=0, metadata={"help": "random seed (data, initialisation, training)"})
     fresh: bool = field(default=False, metadata={"help": "delete the run directory and start over"})
     eval_samples: int | None = field(default=None, metadata={
         "help": "held-out problems each stage is evaluated on (default: the preset's, 500)"})
     smoke: bool = field(default=False, metadata={
         "help": "a reduced ladder (few steps, few samples) that checks the plumbing in about a minute; used by CI"})
-    agentic: bool = field(default=False, metadata={
-        "help": "the agentic variant: multi-turn calculator tool use trained with GRPO"})
     preset_file: str | None = field(default=None, metadata={
         "help": "a pipeline YAML to use instead of the embedded preset (same schema as `agentic-rl pipeline`)"})
 
     def __post_init__(self) -> None:
+        if self.preset_file and self.preset != "default":
+            raise ConfigError("give --preset or --preset-file, not both")
+        if self.name is None:
+            self.name = QUICKSTART_PRESETS[self.preset]
         check_run_name(self.name)
 
 
@@ -167,7 +186,8 @@ def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, su
     sampled = sample_temperature is not None
     out = root / "eval" / (f"{label}-sampled" if sampled else label)
     defaults = {"models": [model_dir], "dataset": config.dataset, "split": "test", "system_prompt": config.system_prompt,
-                "max_samples": config.eval_samples, "seed": config.seed, "output_dir": str(out)}
+                "max_samples": config.eval_samples, "seed": config.seed, "output_dir": str(out),
+                **_environment_defaults(config)}
     section = dict(config.eval)
     if sampled:
         section.update(num_samples=config.sampled_eval, temperature=sample_temperature, pass_at_k=[])
@@ -189,7 +209,24 @@ def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, su
         "metrics": metrics, "accuracy": metrics.get("accuracy_strict"),
         "accuracy_lenient": metrics.get("accuracy_lenient"), "format_rate": metrics.get("format_rate"),
         "avg_tokens": metrics.get("avg_tokens"), "eval_wall_time_s": result.get("wall_time_s")})
+    if config.environment is not None:  # episodes: accuracy with tools, without them, and the tool statistics
+        summary["stages"][label].update({k: v for k, v in metrics.items()
+                                         if k in ENVIRONMENT_SUMMARY_KEYS or k.startswith("success_at_")})
     return result
+
+
+#: What ``summary.json`` holds per stage next to ``accuracy`` (with tools) for a run in an environment.
+ENVIRONMENT_SUMMARY_KEYS = ("accuracy_without_tools", "tool_call_rate", "tool_error_rate", "useful_call_rate",
+                            "tool_calls_per_episode", "turns_per_episode", "attempts")  # and success_at_<k>
+
+
+def _environment_defaults(config: PipelineConfig) -> dict[str, Any]:
+    """The pipeline's environment settings, as every stage but pretraining receives them (only those that are set:
+    a stage's own defaults are the same)."""
+    if config.environment is None:
+        return {}
+    names = [f.name for f in dataclasses.fields(EnvironmentSettings)]
+    return {name: getattr(config, name) for name in names}
 
 
 def _train_defaults(config: PipelineConfig, name: str, model_dir: str, out: Path) -> dict[str, Any]:
@@ -197,7 +234,7 @@ def _train_defaults(config: PipelineConfig, name: str, model_dir: str, out: Path
     if name == "pretrain":
         return {"output_dir": str(out), "seed": config.seed}
     return {"model": model_dir, "dataset": config.dataset, "seed": config.seed, "system_prompt": config.system_prompt,
-            "output_dir": str(out)}
+            "output_dir": str(out), **_environment_defaults(config)}
 
 
 def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
@@ -214,7 +251,8 @@ def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
                       where=f"{config.name}: {name}")
     _stage_config(EvalConfig, config.eval, {"models": [config.model], "dataset": config.dataset, "split": "test",
                                             "system_prompt": config.system_prompt, "max_samples": config.eval_samples,
-                                            "seed": config.seed, "output_dir": str(root / "eval")},
+                                            "seed": config.seed, "output_dir": str(root / "eval"),
+                                            **_environment_defaults(config)},
                   where=f"{config.name}: eval")
 
 
@@ -431,15 +469,8 @@ def load_pipeline_config(path: str | Path, overrides: dict[str, Any] | None = No
 
 
 def run_quickstart(config: QuickstartConfig) -> dict[str, Any]:
-    if config.agentic:
-        from agentic_rl.agent.quickstart import run_agentic_quickstart
-
-        if config.preset_file:
-            raise ConfigError("--preset-file holds a pipeline YAML; it does not apply to --agentic")
-        extra = {"eval_rows": config.eval_samples} if config.eval_samples is not None else {}
-        return run_agentic_quickstart(name=config.name if config.name != "quickstart" else "quickstart-agentic",
-                                      seed=config.seed, fresh=config.fresh, smoke=config.smoke, **extra)
-    preset = Path(config.preset_file) if config.preset_file else preset_path("quickstart-smoke" if config.smoke else "quickstart")
+    file = QUICKSTART_PRESETS[config.preset] + ("-smoke" if config.smoke else "")
+    preset = Path(config.preset_file) if config.preset_file else preset_path(file)
     overrides: dict[str, Any] = {"name": config.name, "seed": config.seed, "fresh": config.fresh}
     if config.eval_samples is not None:
         overrides["eval_samples"] = config.eval_samples

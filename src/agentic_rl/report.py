@@ -20,6 +20,15 @@ TABLE_COLUMNS = [
     ("avg length (tokens)", "avg_tokens", "{:.1f}"),
     ("avg steps", "avg_steps", "{:.2f}"),
 ]
+#: The same table for a run in an environment (greedy episodes, with and without tools).
+ENVIRONMENT_COLUMNS = [
+    ("accuracy with tools", "accuracy_strict", "{:.1%}"),
+    ("without tools", "accuracy_without_tools", "{:.1%}"),
+    ("tool-call rate", "tool_call_rate", "{:.1%}"),
+    ("useful calls", "useful_call_rate", "{:.1%}"),
+    ("tool errors", "tool_error_rate", "{:.1%}"),
+    ("turns / episode", "turns_per_episode", "{:.2f}"),
+]
 
 
 def _fmt(value: Any, pattern: str) -> str:
@@ -144,18 +153,23 @@ def write_pipeline_report(root: Path, summary: dict[str, Any]) -> Path:
         first = next(iter(evaluated.values()))["metrics"]
         n = first.get("num_prompts", "?")
         sampled = any("sampled" in stage for stage in evaluated.values())
-        lines += [f"## Held-out comparison ({n} problems, greedy)", "",
-                  "| stage | " + " | ".join(title for title, _, _ in TABLE_COLUMNS) + " | 95 % interval |"
-                  + (" sampled pass@1 |" if sampled else "") + " errors (calc / underst. / format / reasoning) |",
-                  "|---" * (len(TABLE_COLUMNS) + 3 + sampled) + "|"]
+        environment = first.get("environment")
+        columns = list(ENVIRONMENT_COLUMNS if environment else TABLE_COLUMNS)
+        columns += [(key.replace("_", " "), key, "{:.1%}") for key in first if key.startswith("success_at_")]
+        title = f"in environment `{environment}`, greedy episodes" if environment else "greedy"
+        lines += [f"## Held-out comparison ({n} problems, {title})", "",
+                  "| stage | " + " | ".join(title for title, _, _ in columns) + " | 95 % interval |"
+                  + (" sampled pass@1 |" if sampled else "")
+                  + ("" if environment else " errors (calc / underst. / format / reasoning) |"),
+                  "|---" * (len(columns) + 2 + sampled + (not environment)) + "|"]
         for name, stage in evaluated.items():
             metrics = stage["metrics"]
             counts = [((metrics.get("errors") or {}).get("counts") or {}).get(c, 0)
                       for c in ("calculation", "understanding", "format", "reasoning")]
             extra = f" {_fmt((stage.get('sampled') or {}).get('pass@1'), '{:.1%}')} |" if sampled else ""
-            lines.append(f"| {name} | " + " | ".join(_fmt(metrics.get(key), pattern)
-                                                      for _, key, pattern in TABLE_COLUMNS)
-                         + f" | {_interval(metrics)} |{extra} " + " / ".join(str(c) for c in counts) + " |")
+            lines.append(f"| {name} | " + " | ".join(_fmt(metrics.get(key), pattern) for _, key, pattern in columns)
+                         + f" | {_interval(metrics)} |{extra}"
+                         + ("" if environment else " " + " / ".join(str(c) for c in counts) + " |"))
         lines.append("")
         if sampled:
             first_sampled = next(s["sampled"] for s in evaluated.values() if "sampled" in s)
