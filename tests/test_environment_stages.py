@@ -194,3 +194,45 @@ def test_grpo_in_an_environment_killed_with_sigkill_resumes_to_the_same_step_cou
     assert result["steps"] == 6 and "checkpoint-" in result["resumed_from"]
     steps = [r["step"] for r in _rows(out / "metrics.jsonl") if "agent/return" in r]
     assert steps[-1] == 6 and sorted(set(steps)) == list(range(1, 7))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tune and the rl_training tool reach the environment through the same settings
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_tune_scores_environment_trials_by_their_episodes(tiny_model_dir, tmp_path):
+    from agentic_rl.tune import TuneConfig
+    from agentic_rl.tune import run as tune
+
+    out = tmp_path / "search"
+    result = tune(TuneConfig(
+        stage="grpo", search="grid", seed=0, output_dir=str(out), space={"learning_rate": [1e-3, 2e-3]},
+        prune=False, budget_steps=1, eval_samples=2, max_new_tokens=32,
+        fixed={"model": str(tiny_model_dir), "environment": "calculator", "dataset": "synthetic:multiplication",
+               "max_train_samples": 4, "num_generations": 2, "batch_size": 2, "max_completion_length": 32,
+               "max_turn_tokens": 16, "heldout_every": 0, "report_to": ["none"], "save_steps": 10}))
+    scores = [json.loads(p.read_text()) for p in sorted((out / "trials").glob("*/*/tune_score.json"))]
+    assert len(scores) == 2 and result["best_value"] == max(s["accuracy"] for s in scores)
+    for score in scores:  # scored in the environment: episode statistics, with tools only
+        assert {"tool_call_rate", "turns_per_episode"} <= set(score["metrics"])
+        assert score["metrics"]["accuracy_without_tools"] is None and score["metrics"]["num_prompts"] == 2
+
+
+def test_rl_training_tool_trains_and_evaluates_in_an_environment(tiny_model_dir, tmp_path):
+    from agentic_rl.tools.rl_training import RLTrainingTool
+
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    trained = json.loads(tool.run({
+        "action": "train", "algorithm": "grpo", "model": str(tiny_model_dir), "environment": "self_correct",
+        "max_turns": 2, "dataset": "synthetic", "max_steps": 1, "num_generations": 2, "batch_size": 2,
+        "max_completion_length": 64, "max_turn_tokens": 16, "max_train_samples": 4, "heldout_every": 0,
+        "report_to": ["none"]}))
+    assert trained["status"] == "success", trained
+    written = (Path(trained["output_dir"]) / "config.yaml").read_text()
+    assert "environment: self_correct" in written and "max_turns: 2" in written
+    evaluated = json.loads(tool.run({"action": "evaluate", "model": trained["model_dir"],
+                                     "environment": "self_correct", "max_turns": 2, "dataset": "synthetic",
+                                     "max_samples": 2, "max_new_tokens": 64, "max_turn_tokens": 16}))
+    assert evaluated["status"] == "success", evaluated
+    text = json.dumps(evaluated)
+    assert "accuracy_without_tools" in text and "success_at_2" in text

@@ -691,12 +691,31 @@ def load_heldout(config: TuneConfig, stage_cfg: Any, n: int) -> list[dict[str, A
 
 def score_model(config: TuneConfig, stage_cfg: Any, model: Any, rows: list[dict[str, Any]], *,
                 tokenizer: Any = None) -> tuple[float, dict[str, Any]]:
-    """The trial's objective value: greedy held-out accuracy (strict) or mean reward of ``model`` on ``rows``."""
+    """The trial's objective value: greedy held-out accuracy (strict) or mean reward of ``model`` on ``rows``. A stage
+    trained in an environment is scored in it: greedy episodes with its tools, accuracy or the mean episode return."""
+    if getattr(stage_cfg, "environment", None) is not None:
+        return _score_in_environment(config, stage_cfg, model, rows, tokenizer)
     from agentic_rl.eval import evaluate_model
 
     metrics = evaluate_model(model, rows, tokenizer=tokenizer, **_eval_settings(config, stage_cfg))
     metrics.pop("predictions", None)
     value = metrics.get(_metric_key(config.objective))
+    return (float(value) if value is not None else float("nan")), metrics
+
+
+def _score_in_environment(config: TuneConfig, stage_cfg: Any, model: Any, rows: list[dict[str, Any]],
+                          tokenizer: Any) -> tuple[float, dict[str, Any]]:
+    from agentic_rl.agent.settings import EnvironmentSettings, build_environment
+    from agentic_rl.eval.evaluate import EvalConfig, evaluate_model_in_environment
+
+    shared = {f.name: getattr(stage_cfg, f.name) for f in dataclasses.fields(EnvironmentSettings)}
+    budget = getattr(stage_cfg, "max_completion_length", None) or config.max_new_tokens
+    eval_cfg = config_from_dict(EvalConfig, {**shared, "max_new_tokens": max(budget, stage_cfg.max_turn_tokens),
+                                             "system_prompt": stage_cfg.system_prompt, "seed": config.seed or 0},
+                                where="tune evaluation")
+    metrics = evaluate_model_in_environment(model, rows, eval_cfg, build_environment(eval_cfg), tokenizer=tokenizer,
+                                            without_tools=False)
+    value = metrics["accuracy"] if config.objective == "accuracy" else metrics.get("return")
     return (float(value) if value is not None else float("nan")), metrics
 
 

@@ -396,13 +396,14 @@ def run(config: EvalConfig) -> dict[str, Any]:
 
 def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]], config: EvalConfig, env_factory,
                                   *, tokenizer: Any = None, output_dir: str | Path | None = None,
-                                  name: str | None = None) -> dict[str, Any]:
+                                  name: str | None = None, without_tools: bool = True) -> dict[str, Any]:
     """Greedy episodes in ``config.environment`` with its tools and without them
     (:func:`agentic_rl.eval.episodes.evaluate_episodes`); returns the metrics: ``accuracy`` (with tools; also under
     ``accuracy_strict``, the single-turn headline name), ``accuracy_without_tools``, the tool and environment
     statistics of the with-tools episodes at the top level and both settings under ``with_tools`` /
-    ``without_tools``. With ``output_dir``: ``metrics.json``, ``episodes_with_tools.jsonl``,
-    ``episodes_without_tools.jsonl`` and ``report.md``."""
+    ``without_tools`` (``without_tools=False`` skips that setting: tune scores trials with tools only). With
+    ``output_dir``: ``metrics.json``, ``episodes_with_tools.jsonl``, ``episodes_without_tools.jsonl`` and
+    ``report.md``."""
     from agentic_rl.agent.settings import environment_system_prompt
     from agentic_rl.data.formats import resolve_system_prompt
     from agentic_rl.eval.episodes import evaluate_episodes
@@ -417,12 +418,11 @@ def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]]
         model = model_or_path
         if tokenizer is None:
             raise ConfigError("evaluate_model_in_environment with an in-memory model needs tokenizer=...")
-    tokenizer.padding_side = "left"
     prompts = {True: environment_system_prompt(config.system_prompt, env_factory()),
                False: resolve_system_prompt(config.system_prompt)}
     start = time.perf_counter()
     settings, episodes = {}, {}
-    for tools in (True, False):
+    for tools in ((True, False) if without_tools else (True,)):
         key = "with_tools" if tools else "without_tools"
         settings[key], episodes[key] = evaluate_episodes(
             model, tokenizer, rows, env_factory, tools=tools, tools_in_prompt=config.tools_in_prompt,
@@ -432,7 +432,7 @@ def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]]
     metrics: dict[str, Any] = {
         "model": name, "environment": config.environment, "num_prompts": len(rows),
         "accuracy": with_tools["accuracy"], "accuracy_strict": with_tools["accuracy"],
-        "accuracy_without_tools": settings["without_tools"]["accuracy"],
+        "accuracy_without_tools": settings["without_tools"]["accuracy"] if without_tools else None,
         **{k: v for k, v in with_tools.items() if k != "accuracy"},
         **settings, "timing": {"generation_seconds": time.perf_counter() - start},
         "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "models"},
@@ -454,7 +454,7 @@ def environment_report(metrics: dict[str, Any]) -> str:
              f"({metrics.get('num_prompts')} problems, greedy)", "",
              "| setting | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
     for setting in ("with_tools", "without_tools"):
-        stats = metrics[setting]
+        stats = metrics.get(setting) or {}
         lines.append(f"| {setting.replace('_', ' ')} | "
                      + " | ".join(f"{stats[k]:.3f}" if k in stats else "" for k in keys) + " |")
     return "\n".join(lines) + "\n"
