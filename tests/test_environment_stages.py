@@ -236,3 +236,33 @@ def test_rl_training_tool_trains_and_evaluates_in_an_environment(tiny_model_dir,
     assert evaluated["status"] == "success", evaluated
     text = json.dumps(evaluated)
     assert "accuracy_without_tools" in text and "success_at_2" in text
+
+
+def test_the_readme_example_environment_trains_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
+    """The class in the README, taken from the README, through the README's three commands (fewer steps)."""
+    import re
+
+    from agentic_rl.cli import main
+
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n# my_envs.py\n(.*?)```", readme, re.S).group(1)
+    commands = re.search(r"```bash\nexport PYTHONPATH=\$PWD.*?\n(agentic-rl sft .*?)```", readme, re.S).group(1)
+    (tmp_path / "my_envs.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    fewer = {"--max-steps": "2", "--max-samples": "3"}
+    steps = []
+    for line in commands.replace("\\\n", " ").splitlines():
+        argv = line.split()[1:]
+        argv = [fewer.get(argv[i - 1], a) if i else a for i, a in enumerate(argv)]
+        argv = [str(tiny_model_dir) if a == "runs/quickstart/sft/merged" else a for a in argv]
+        extra = {"sft": ["--max-samples", "16", "--batch-size", "4", "--report-to", "none"],
+                 "grpo": ["--max-train-samples", "8", "--batch-size", "4", "--num-generations", "2",
+                          "--max-completion-length", "48", "--heldout-every", "0", "--report-to", "none"],
+                 "eval": ["--max-new-tokens", "48", "--output-dir", "runs/my-eval"]}[argv[0]]
+        steps.append(argv[0])
+        assert main(argv + extra) == 0, argv
+    assert steps == ["sft", "grpo", "eval"]
+    metrics = json.loads((tmp_path / "runs" / "my-eval" / "metrics.json").read_text())
+    assert metrics["environment"] == "my_envs:ArithmeticTools" and metrics["num_prompts"] == 3
+    assert (tmp_path / "runs" / "my-grpo" / "rollouts.jsonl").is_file()
