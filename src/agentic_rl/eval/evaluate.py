@@ -10,8 +10,14 @@ n completions per prompt for pass@k), then score every completion with the same 
 categorised by :mod:`agentic_rl.eval.error_analysis`; metrics (table in :mod:`agentic_rl.eval.metrics`) are
 computed overall and per difficulty bucket.
 
+In an environment (``--environment calculator``) each problem is one greedy episode, played with the environment's
+tools and again without them (:mod:`agentic_rl.eval.episodes`); ``metrics.json`` then holds ``accuracy`` (with tools),
+``accuracy_without_tools``, the tool statistics and the environment's own numbers, with every episode in
+``episodes_with_tools.jsonl`` / ``episodes_without_tools.jsonl``.
+
 Run it::
 
+    agentic-rl eval runs/quickstart-agentic/grpo/merged --environment calculator --no-tools-in-prompt
     agentic-rl eval runs/quickstart/sft/merged runs/quickstart/grpo/merged --dataset synthetic --max-samples 200
     agentic-rl eval Qwen/Qwen3-0.6B --dataset /data/gsm8k --num-samples 8 --temperature 0.7 --pass-at-k 1,4,8
 

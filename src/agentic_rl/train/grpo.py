@@ -29,6 +29,16 @@ Where this departs from the paper and from TRL's defaults (the seed's settings, 
   (:func:`agentic_rl.eval.generation.generate_token_ids`: each distinct prompt prefilled once, ended completions
   dropped from the batch). TRL decodes, scores and trains on the completions either way.
 
+In an environment (``--environment calculator``, ``self_correct`` or ``module:Class``; settings in
+:class:`agentic_rl.agent.settings.EnvironmentSettings`) a completion is a whole multi-turn *episode*, played through
+TRL's ``rollout_func`` hook by :func:`agentic_rl.agent.rollout.make_rollout_func`: the model writes a turn, the
+environment answers (tool results, errors, feedback) as messages spliced into the token sequence with ``env_mask`` 0,
+until the episode ends or ``max_completion_length`` tokens are used. The loss covers the model's tokens only
+(TRL's tool mask); the reward is the episode return, the sum of the environment's step rewards; the group advantage
+reaches every action token. Held-out checks play greedy episodes; ``agent/...`` metrics and ``rollouts.jsonl``
+record the tool statistics. Not with an environment: ``use_vllm``, ``select_samples``, ``sft_loss_weight`` and
+``--reward`` (errors say so).
+
 ``--algorithm rloo`` swaps the update for TRL's ``RLOOTrainer`` (leave-one-out baseline, KL folded into the reward;
 see :mod:`agentic_rl.train.rloo`) and keeps everything else here: rewards, LoRA, monitoring and metric names, outputs.
 
@@ -44,6 +54,7 @@ Outputs in the run directory (``--output-dir``, default ``runs/grpo``)::
     metrics.jsonl       one row per logged step, with the metric names below
     completions.jsonl   sample completions with each reward component and the advantage, every N steps
     heldout.jsonl       periodic greedy held-out evaluation (step, accuracy, ...)
+    rollouts.jsonl      with an environment: per generation batch the tool statistics and two sample episodes
     tensorboard/        the same scalars for TensorBoard (wandb too with --report-to wandb)
     checkpoint-N/       trainer checkpoints (optimizer included) for --resume
     best/               the policy with the best held-out accuracy so far (adapter, or full model with --full)
@@ -73,11 +84,16 @@ Metrics (TRL's raw name -> ours; anything else TRL logs appears as ``grpo/<raw n
     grpo/signal/sft_loss                   (ours, sft_loss_weight)      demonstrations' NLL added to the loss
     eval/accuracy, eval/format_rate,       (ours)                       greedy held-out evaluation every N steps
     eval/avg_tokens, eval/avg_reward                                    (strict accuracy, as the final evaluation)
+    agent/accuracy, agent/tool_call_rate,  (ours, environment)          per generation batch of episodes: correct,
+    agent/tool_error_rate, agent/return,                                with a valid call, errors / calls, return,
+    agent/turns_per_episode, agent/<own>                                turns, the environment's own numbers
     =====================================  ===========================  =============================================
 
 Live warnings (the seed's rules): KL > ``kl_high`` (0.5: drifting, raise β or lower the learning rate), KL <
 ``kl_low`` (0.001) after ``kl_warmup_steps`` (not learning), and the mean reward falling to less than half of its best
 10-step moving average (collapse; ``collapse_fraction``): rules of the shared ``train.monitoring.HealthMonitor``.
+Also: at least ``truncated_high`` of the completions cut at ``max_completion_length``; with an environment, the tool
+error rate doubling to >= 0.2 and the tool-call rate falling below half its best.
 """
 
 from __future__ import annotations

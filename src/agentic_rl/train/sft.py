@@ -20,6 +20,12 @@ Algorithm:
    ``metrics.json`` and ``log_history.json``, and the marker ``.agentic-rl-run`` with the settings ``--resume`` checks
    (a finished run is replaced only with ``--overwrite``); a LoRA adapter records its base in ``base_fingerprint.json``.
 
+In an environment (``--environment``, :class:`agentic_rl.agent.settings.EnvironmentSettings`) the rows become
+whole demonstration episodes (:func:`build_environment_dataset`): the environment's ``demonstration(task)`` (the
+calculator replays the reference solution's annotated steps as tool calls), tokenized exactly as a rollout splices
+them, with labels -100 on the prompt, on tool and feedback messages and on turns the environment marks untrained;
+``direct_fraction`` of the rows without the environment, ``skip_tool_fraction`` answered directly under its prompt.
+
 CPU defaults: no bf16, no activation checkpointing, ``use_cpu``; on a GPU: bf16 where supported and activation
 checkpointing for models above 100M parameters. The resolved settings are printed.
 
