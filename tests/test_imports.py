@@ -97,3 +97,19 @@ def test_no_import_cycles_in_the_package():
     graph = import_graph()
     assert "agentic_rl.train.grpo" in graph and graph["agentic_rl.train.grpo"]  # the graph was read
     assert cycles(graph) == []
+
+
+def test_every_command_module_runs_with_python_dash_m():
+    """`python -m agentic_rl.<module>` runs its command (a module that printed nothing and exited 0 was a bug): each
+    command's module ends with a ``__main__`` block calling the CLI with that command's name (or one of its names)."""
+    from agentic_rl.cli import COMMANDS
+
+    names_of: dict[str, set[str]] = {}
+    for name, (module, *_) in COMMANDS.items():
+        names_of.setdefault(module, set()).add(name)
+    for module, names in names_of.items():
+        tree = ast.parse((SRC / (module.replace(".", "/") + ".py")).read_text())
+        mains = [node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
+        assert mains, f"{module} has no __main__ block"
+        called = {c.value for c in ast.walk(mains[0]) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+        assert called & names, f"{module}'s __main__ runs none of its commands {sorted(names)}"

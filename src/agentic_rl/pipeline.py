@@ -477,5 +477,9 @@ def run_quickstart(config: QuickstartConfig) -> dict[str, Any]:
     return run_pipeline(load_pipeline_config(preset, overrides))
 
 
-def run_pipeline_command(config: PipelineConfig) -> dict[str, Any]:
-    return run_pipeline(config)
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    from agentic_rl.cli import main
+
+    sys.exit(main(["pipeline", *sys.argv[1:]]))

@@ -993,3 +993,11 @@ def write_outputs(config: TuneConfig, study, out: Path) -> dict[str, Any]:
     _atomic_write(out / "report.md", "\n".join(report))
     result["report"] = str(out / "report.md")
     return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    from agentic_rl.cli import main
+
+    sys.exit(main(["tune", *sys.argv[1:]]))

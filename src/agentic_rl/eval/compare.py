@@ -233,3 +233,11 @@ def run(config: CompareConfig) -> dict[str, Any]:
         log(f"{mode}: {config.treatment} - {config.control} = {_pct(block['mean_difference'])} points "
             f"[{_pct(low)}, {_pct(high)}] over {len(runs)} run(s) -> {out / 'compare.md'}")
     return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    from agentic_rl.cli import main
+
+    sys.exit(main(["compare", *sys.argv[1:]]))

@@ -122,7 +122,7 @@ def load_rows(config: EvalConfig) -> list[dict[str, Any]]:
 
 
 def _as_rows(dataset: Any, config: EvalConfig) -> list[dict[str, Any]]:
-    """A source string is loaded; an in-memory list / ``datasets.Dataset`` is sub-sampled with the seed."""
+    """A source string is loaded; an in-memory list / ``datasets.Dataset`` is sub-sampled with the random seed."""
     if isinstance(dataset, (str, Path)):
         return load_rows(config)
     rows = dataset.to_list() if hasattr(dataset, "to_list") else [dict(r) for r in dataset]
@@ -473,3 +473,9 @@ def _unique_names(paths: list[str]) -> list[str]:
     return [f"{i}-{n}" for i, n in enumerate(names)]
 
 
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    from agentic_rl.cli import main
+
+    sys.exit(main(["eval", *sys.argv[1:]]))

@@ -11,7 +11,7 @@ constant ``max_completion_length``; ``bnpo``: over the tokens of the local batch
 (``generation_batch_size`` completions) is used for ``steps_per_generation`` optimizer steps, ``num_iterations``
 times over.
 
-Where this departs from the paper and from TRL's defaults (the seed's settings, see the issue):
+Where this departs from the paper and from TRL's defaults (the settings the Hello-Agents book recommends):
 
 * β = 0.05 (TRL: 0.0, no reference at all), learning rate in the 1e-6..1e-5 band for real models (a 5e-5 run
   collapsed GSM8K accuracy from 57 % to 2.4 %), temperature 0.9. ``--preset tiny`` holds the values tuned for the
@@ -89,7 +89,7 @@ Metrics (TRL's raw name -> ours; anything else TRL logs appears as ``grpo/<raw n
     agent/turns_per_episode, agent/<own>                                turns, the environment's own numbers
     =====================================  ===========================  =============================================
 
-Live warnings (the seed's rules): KL > ``kl_high`` (0.5: drifting, raise β or lower the learning rate), KL <
+Live warnings (the Hello-Agents book's rules): KL > ``kl_high`` (0.5: drifting, raise β or lower the learning rate), KL <
 ``kl_low`` (0.001) after ``kl_warmup_steps`` (not learning), and the mean reward falling to less than half of its best
 10-step moving average (collapse; ``collapse_fraction``): rules of the shared ``train.monitoring.HealthMonitor``.
 Also: at least ``truncated_high`` of the completions cut at ``max_completion_length``; with an environment, the tool
@@ -127,7 +127,7 @@ GENERATION_BACKENDS = ["trl", "compact"]
 _TRL_ONLY_GENERATION = ("generation_kwargs", "repetition_penalty", "min_p", "cache_implementation",
                         "use_transformers_continuous_batching", "use_transformers_paged")
 
-#: Values a preset fills in for the fields left unset (None). ``default``: the seed's settings for real models
+#: Values a preset fills in for the fields left unset (None). ``default``: the Hello-Agents book's recommended settings for real models
 #: (Qwen3-0.6B on GSM8K). ``tiny``: the embedded ~3M-parameter model on 2 CPU cores — 64 completions of <= 64
 #: tokens per step (~3.5 s/step on 2 free cores, so 40 steps + 5 held-out checks fit in ~4 min); LoRA needs a high
 #: rank and learning rate on so small a model. The quickstart overrides some of these (lr 1e-4, temperature 0.7,
@@ -156,7 +156,7 @@ class GRPOConfig(EnvironmentSettings):
 
     # --- model and data -------------------------------------------------------------------------------------------
     model: str = setting("", "model to start from: an SFT output (adapter or merged dir), a local model dir or a hub id")
-    preset: str = setting("default", "default values for unset fields: 'default' (real models, the seed's settings) or "
+    preset: str = setting("default", "default values for unset fields: 'default' (real models, the recommended settings) or "
                      "'tiny' (the embedded model on CPU)", choices=list(PRESETS))
     dataset: str = setting("synthetic", "prompts with ground truth: 'synthetic', a hub id, or a local file/folder")
     split: str = setting("train", "dataset split used for training prompts")
@@ -667,7 +667,7 @@ class MetricsLogger:
 
 
 def health_monitor(config: GRPOConfig, *, environment: bool = False):
-    """The seed's live warnings for GRPO, as rules of the shared :class:`~agentic_rl.train.monitoring.HealthMonitor`
+    """The Hello-Agents book's live warnings for GRPO, as rules of the shared :class:`~agentic_rl.train.monitoring.HealthMonitor`
     (each warns once when its condition starts to hold, again only after it cleared). Rules read our metric names,
     plus ``step``. Also: most completions cut at ``max_completion_length``; with an environment, the tool error rate
     rising and the tool-call rate collapsing."""
@@ -1025,3 +1025,11 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     write_json(out / "result.json", result)
     log(f"GRPO done in {result['wall_time_s']:.0f}s: merged model in {merged_dir}")
     return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    from agentic_rl.cli import main
+
+    sys.exit(main(["grpo", *sys.argv[1:]]))

@@ -1,6 +1,6 @@
 """Training health checks as live warnings, and the choice of logging backends.
 
-The seed's health rules, applied to every logged step:
+The health rules the Hello-Agents book recommends, applied to every logged step:
 
 ====================  ==========================================  ===========================================
 rule                  condition                                   advice
@@ -113,7 +113,7 @@ def metric_rising(key: str = "loss", *, window: int = 5, tolerance: float = 0.10
 
 
 def default_rules() -> list[Rule]:
-    """The seed's three rules on the trainer's ``grad_norm`` and ``loss`` logs."""
+    """The Hello-Agents book's three rules on the trainer's ``grad_norm`` and ``loss`` logs."""
     return [grad_explosion(), grad_vanishing(), metric_rising("loss")]
 
 

@@ -13,7 +13,7 @@ Algorithm:
 3. Model: any causal LM (``models.load_model_and_tokenizer``). LoRA (rank ``lora_r``, scale ``lora_alpha``/r,
    dropout, on q/k/v/o projections, optionally the MLP's gate/up/down) unless ``full`` is set.
 4. Optimisation: AdamW, linear warm-up over the first ``warmup_ratio`` of the steps, then linear decay to 0 (the
-   seed's schedule). Loss, gradient norm and learning rate go to TensorBoard (``<run>/tensorboard``) or wandb;
+   Hello-Agents book's schedule). Loss, gradient norm and learning rate go to TensorBoard (``<run>/tensorboard``) or wandb;
    the health rules of ``train.monitoring`` print live warnings.
 5. Output in the run directory: ``checkpoints/`` (for ``--resume``), ``adapter/`` (LoRA weights + tokenizer),
    ``merged/`` (``merge_and_unload``: a plain model directory later stages and export start from), ``config.yaml``,
@@ -88,7 +88,7 @@ class SFTConfig(EnvironmentSettings):
     grad_accum: int = field(default=1, metadata={"help": "gradient accumulation steps"})
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of steps for linear warm-up"})
     lr_scheduler: str = field(default="linear", metadata={
-        "help": "decay after warm-up (linear to 0 is the seed's schedule)",
+        "help": "decay after warm-up (linear to 0 is the Hello-Agents book's schedule)",
         "choices": ["linear", "cosine", "constant_with_warmup"]})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
