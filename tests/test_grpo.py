@@ -115,6 +115,29 @@ def test_health_rules_warn_on_kl_drift_stalling_and_reward_collapse(capsys):
     assert "WARNING" in capsys.readouterr().err
 
 
+def test_health_rules_for_truncation_and_for_tools_in_an_environment():
+    config = GRPOConfig(model="m", environment="calculator")
+    single_turn = health_monitor(GRPOConfig(model="m"))
+    single_turn.update({"step": 1, "grpo/truncated_fraction": 0.5}, 1)
+    assert single_turn.warnings == []
+    single_turn.update({"step": 2, "grpo/truncated_fraction": 0.95}, 2)  # answers lost to the length limit
+    assert [w["rule"] for w in single_turn.warnings] == ["truncated"]
+    assert "raise max_completion_length" in single_turn.warnings[0]["message"]
+    assert [r.__name__ for r in health_monitor(GRPOConfig(model="m")).rules].count("tool_errors_rising") == 0
+
+    monitor = health_monitor(config, environment=True)
+    for step in range(1, 11):  # a steady 5 % error rate, tool calls steady: quiet
+        monitor.update({"step": step, "agent/tool_error_rate": 0.05, "agent/tool_call_rate": 0.8}, step)
+    assert monitor.warnings == []
+    for step in range(11, 16):  # errors climb to 40 %
+        monitor.update({"step": step, "agent/tool_error_rate": 0.4, "agent/tool_call_rate": 0.8}, step)
+    assert [w["rule"] for w in monitor.warnings] == ["tool_errors_rising"]
+    assert "broken tool calls" in monitor.warnings[0]["message"]
+    for step, rate in enumerate([0.9] * 5 + [0.2] * 5, start=16):  # the tool-call rate falls below half its best
+        monitor.update({"step": step, "agent/tool_call_rate": rate}, step)
+    assert monitor.warnings[-1]["rule"] == "tool_call_collapse"
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Real runs on random-init micro models
 # ---------------------------------------------------------------------------------------------------------------
