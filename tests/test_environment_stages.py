@@ -266,3 +266,16 @@ def test_the_readme_example_environment_trains_end_to_end(tiny_model_dir, tmp_pa
     metrics = json.loads((tmp_path / "runs" / "my-eval" / "metrics.json").read_text())
     assert metrics["environment"] == "my_envs:ArithmeticTools" and metrics["num_prompts"] == 3
     assert (tmp_path / "runs" / "my-grpo" / "rollouts.jsonl").is_file()
+
+
+def test_a_pipeline_with_a_bad_environment_argument_fails_before_any_stage(tmp_path):
+    from agentic_rl.pipeline import PipelineConfig, run_pipeline
+
+    config = config_from_dict(PipelineConfig, {"name": "bad-env", "output_dir": str(tmp_path / "run"),
+                                               "dataset": "synthetic:multiplication", "environment": "calculator",
+                                               "environment_args": {"final_turn": "everything"}})
+    with pytest.raises(ConfigError, match="final_turn must be one of steps, answer"):
+        run_pipeline(config)
+    assert not (tmp_path / "run").exists()  # nothing pretrained, nothing written
+    with pytest.raises(ConfigError, match="sampled_eval is not available with an environment"):
+        config_from_dict(PipelineConfig, {"environment": "calculator", "sampled_eval": 2})

@@ -243,6 +243,10 @@ def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
     from agentic_rl.eval.evaluate import EvalConfig
 
     root = root if root is not None else Path("runs") / config.name
+    if config.environment is not None:  # the environment itself and its arguments, not only the setting names
+        from agentic_rl.agent.settings import build_environment
+
+        build_environment(config)
     for name in _train_stages(config):
         cls = _stage_class(name)
         section = _section(config, name)
