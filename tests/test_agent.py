@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -125,13 +126,20 @@ def test_calculator_environment_rewards_and_limits():
     assert calculator("(120 - 15) / 3") == "35"
 
 
-def test_agent_config_is_validated():
-    from agentic_rl.agent.train import AgentGRPOConfig
+def test_environment_stage_configs_are_validated():
+    from agentic_rl.train.grpo import GRPOConfig
+    from agentic_rl.train.sft import SFTConfig
 
-    with pytest.raises(ConfigError, match=r"num_generations \(3\) must divide the generation batch \(8\)"):
-        AgentGRPOConfig(model="m", num_generations=3, generation_batch_size=8)
-    with pytest.raises(ConfigError, match="tool_error_reward"):
-        AgentGRPOConfig(model="m", tool_error_reward=0.5)
+    with pytest.raises(ConfigError, match=r"num_generations \(3\) must divide the generation batch \(8 = "):
+        GRPOConfig(model="m", environment="calculator", num_generations=3, batch_size=8, generation_batch_size=8)
+    with pytest.raises(ConfigError, match=r"^tool_error_reward must be <= 0, got 0.5$"):
+        GRPOConfig(model="m", environment="calculator", tool_error_reward=0.5)
+    with pytest.raises(ConfigError, match=r"direct_fraction \+ skip_tool_fraction must be <= 1, got 0.7 \+ 0.4"):
+        SFTConfig(model="m", environment="calculator", direct_fraction=0.7, skip_tool_fraction=0.4)
+    with pytest.raises(ConfigError, match=r"^skip_tool_fraction must be "):
+        SFTConfig(model="m", environment="calculator", skip_tool_fraction=-0.1)
+    with pytest.raises(ConfigError, match=r"^tool_error_reward must be <= 0"):
+        SFTConfig(model="m", environment="calculator", tool_error_reward=0.5)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -229,7 +237,8 @@ def test_sft_labels_ignore_prompt_and_tool_tokens(tokenizer):
 
 @pytest.mark.parametrize("algorithm", ["grpo", "rloo"])
 def test_grpo_loss_has_no_gradient_on_tool_tokens(tiny_model_dir, tokenizer, monkeypatch, tmp_path, algorithm):
-    """GRPO's token loss and RLOO's sequence loss (agent-grpo --algorithm rloo) both ignore tool tokens."""
+    """GRPO's token loss and RLOO's sequence loss (grpo --environment calculator --algorithm rloo) both ignore tool
+    tokens."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
@@ -291,7 +300,7 @@ def test_grpo_loss_has_no_gradient_on_tool_tokens(tiny_model_dir, tokenizer, mon
 
 
 def test_demonstrations_call_the_tool_once_per_step_and_splits_stay_disjoint():
-    from agentic_rl.agent.train import load_task_rows
+    from agentic_rl.data import load_task_dataset
 
     row = agent_rows([{"question": "q", "answer": "39 * 83 = <<39*83=3237>>3237\n3237 - 21 = <<3237-21=3216>>3216\n"
                                                   "#### 3216"}])[0]
@@ -301,10 +310,14 @@ def test_demonstrations_call_the_tool_once_per_step_and_splits_stay_disjoint():
         render_tool_call("calculator", {"expression": "39*83"}), "3237",
         render_tool_call("calculator", {"expression": "3237-21"}), "3216",
         "39 * 83 = 3237\n3237 - 21 = 3216\nFinal Answer: 3216"]
-    train = load_task_rows("multiplication", "train", 50, heldout_rows=30)
-    test = load_task_rows("multiplication", "test", 30, heldout_rows=30)
-    assert len(train) == 50 and len(test) == 30
+    # The environment stages' task source: its train and test splits never share a question.
+    train = load_task_dataset("synthetic:multiplication", "train", synthetic_train_size=500).to_list()
+    test = load_task_dataset("synthetic:multiplication", "test", synthetic_test_size=300).to_list()
+    assert len(train) == 500 and len(test) == 300
     assert not {r["question"] for r in train} & {r["question"] for r in test}
+    # and its rows are multiplication tasks the calculator demonstration replays (a 2-digit x 2-digit first call)
+    first_call = demonstration(agent_rows(train[:1])[0])[0]["content"]
+    assert re.search(r'"expression": "\d\d\*\d\d"', first_call), first_call
 
 
 def test_short_final_turn_copies_the_last_tool_result(tokenizer):
@@ -327,57 +340,65 @@ def test_short_final_turn_copies_the_last_tool_result(tokenizer):
 
 
 def test_sft_rows_split_into_tool_skip_tool_and_direct_demonstrations(tokenizer):
-    from agentic_rl.agent.sft import AgentSFTConfig, sft_examples
+    from agentic_rl.agent.settings import build_environment
     from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT
-    from agentic_rl.agent.train import load_task_rows
+    from agentic_rl.data import load_task_dataset
     from agentic_rl.data.formats import SYSTEM_PROMPT
+    from agentic_rl.train.sft import SFTConfig, build_environment_dataset
 
-    rows = load_task_rows("multiplication", "train", 20, heldout_rows=10)
-    config = AgentSFTConfig(model="m", direct_fraction=0.25, skip_tool_fraction=0.35, final_turn="answer")
-    examples, counts = sft_examples(tokenizer, rows, config)
-    assert counts == {"tool": 8, "skip_tool": 7, "direct": 5} and len(examples) == 20
-    kinds = {"tool": [], "skip_tool": [], "direct": []}
+    def config(**fractions):
+        return SFTConfig(model="m", environment="calculator", environment_args={"final_turn": "answer"},
+                         dataset="synthetic:multiplication", max_samples=20, synthetic_train_size=5000, **fractions)
+
+    rows = load_task_dataset("synthetic:multiplication", "train", max_samples=20, synthetic_train_size=5000).to_list()
+    sft = config(direct_fraction=0.25, skip_tool_fraction=0.35)
+    examples, counts = build_environment_dataset(sft, build_environment(sft), tokenizer)
+    assert counts == {"environment": 8, "skip_tool": 7, "direct": 5} and len(examples) == 20
+    truth = {r["question"]: r["ground_truth"] for r in rows}
+    kinds = {"environment": [], "skip_tool": [], "direct": []}
     for example in examples:
         text = tokenizer.decode(example["input_ids"])
         trained = tokenizer.decode([t for t, lab in zip(example["input_ids"], example["labels"]) if lab != -100])
-        if SYSTEM_PROMPT in text:
-            kinds["direct"].append(trained)
-        else:
-            assert AGENT_SYSTEM_PROMPT in text
-            kinds["tool" if "<tool_call>" in text else "skip_tool"].append(trained)
+        answer = next(truth[q] for q in truth if q in text)
+        if SYSTEM_PROMPT in text:  # the standard prompt: no tools offered
+            assert '"name": "calculator"' not in text
+            kinds["direct"].append((trained, answer))
+        else:  # the environment's prompt with the tool schema (tools_in_prompt), whether the row calls it or not
+            assert AGENT_SYSTEM_PROMPT in text and '"name": "calculator"' in text
+            kinds["environment" if "<tool_call>" in trained else "skip_tool"].append((trained, answer))
     assert {k: len(v) for k, v in kinds.items()} == counts
-    # skip rows: agent prompt, no call anywhere, the steps written out and the final answer
-    assert all("<tool_call>" not in t and " = " in t and "Final Answer:" in t for t in kinds["skip_tool"])
-    assert all(t.count("<tool_call>") >= 1 for t in kinds["tool"])
+    # skip rows: the tool is offered but not called; the steps written out and the final answer
+    assert all("<tool_response>" not in t and " = " in t and f"Final Answer: {a}" in t for t, a in kinds["skip_tool"])
+    assert all(" = " in t and f"Final Answer: {a}" in t for t, a in kinds["direct"])
+    # environment rows: the calls, then (final_turn "answer") only the final answer, nothing recomputed
+    assert all(t.count("<tool_call>") >= 1 and " = " not in t
+               and t.endswith(f"</tool_call><|im_end|>Final Answer: {a}<|im_end|>") for t, a in kinds["environment"])
     # the three kinds are disjoint: every row appears exactly once
     questions = [tokenizer.decode(e["input_ids"]) for e in examples]
     assert all(sum(r["question"] in q for q in questions) == 1 for r in rows)
-    # skip_tool_fraction=0 keeps the old two-way split
-    _, plain = sft_examples(tokenizer, rows, AgentSFTConfig(model="m", direct_fraction=0.25))
-    assert plain == {"tool": 15, "skip_tool": 0, "direct": 5}
-    with pytest.raises(ConfigError, match="must be <= 1"):
-        AgentSFTConfig(model="m", direct_fraction=0.7, skip_tool_fraction=0.4)
-    with pytest.raises(ConfigError, match="skip_tool_fraction"):
-        AgentSFTConfig(model="m", skip_tool_fraction=-0.1)
+    # skip_tool_fraction=0 keeps the two-way split
+    plain = config(direct_fraction=0.25)
+    _, counts = build_environment_dataset(plain, build_environment(plain), tokenizer)
+    assert counts == {"environment": 15, "skip_tool": 0, "direct": 5}
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# RLOO with the environment (agent-grpo --algorithm rloo)
+# RLOO with the environment (grpo --environment calculator --algorithm rloo)
 # ---------------------------------------------------------------------------------------------------------------
 
 def test_agent_rloo_refuses_grpo_only_settings():
-    from agentic_rl.agent.train import AgentGRPOConfig
-
-    assert AgentGRPOConfig(model="m", algorithm="rloo").algorithm == "rloo"
-    with pytest.raises(ConfigError, match=r"loss_type \('grpo'\) is a GRPO setting; RLOO uses the leave-one-out "
-                                          r"baseline; drop --loss-type"):
-        AgentGRPOConfig(model="m", algorithm="rloo", loss_type="grpo")
-    with pytest.raises(ConfigError, match=r"scale_rewards \('none'\) is a GRPO setting"):
-        AgentGRPOConfig(model="m", algorithm="rloo", scale_rewards="none")
     from agentic_rl.config import config_from_dict
+    from agentic_rl.train.grpo import GRPOConfig
 
+    env = {"model": "m", "environment": "calculator"}
+    assert GRPOConfig(**env, algorithm="rloo").algorithm == "rloo"
+    with pytest.raises(ConfigError, match=r"loss_type \('grpo'\) is a GRPO setting; RLOO uses the leave-one-out "
+                                          r"baseline .*; drop --loss-type"):
+        GRPOConfig(**env, algorithm="rloo", loss_type="grpo")
+    with pytest.raises(ConfigError, match=r"scale_rewards \('none'\) is a GRPO setting"):
+        GRPOConfig(**env, algorithm="rloo", scale_rewards="none")
     with pytest.raises(ConfigError, match="must be one of grpo, rloo"):
-        config_from_dict(AgentGRPOConfig, {"model": "m", "algorithm": "ppo"})
+        config_from_dict(GRPOConfig, {**env, "algorithm": "ppo"})
 
 
 def _completion_logps(model, batch):
@@ -394,7 +415,7 @@ def _completion_logps(model, batch):
 
 def test_agent_rloo_trains_two_steps_with_leave_one_out_advantages_and_kl_in_the_reward(
         tiny_model_dir, tokenizer, monkeypatch, tmp_path):
-    """Two real optimizer steps of ``agent-grpo --algorithm rloo`` with the calculator environment on the micro model.
+    """Two real optimizer steps of ``grpo --environment calculator --algorithm rloo`` on the micro model.
 
     The policy is scripted (every episode calls the calculator, then episode 0 of the group answers right and
     episodes 1-3 wrongly), so the rewards of each group are exactly [1, 0, 0, 0]; the update, the reference, the
@@ -404,8 +425,9 @@ def test_agent_rloo_trains_two_steps_with_leave_one_out_advantages_and_kl_in_the
     import torch
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from agentic_rl.agent.train import AgentGRPOConfig, run
+    from agentic_rl.config import config_from_dict
     from agentic_rl.train import rloo
+    from agentic_rl.train.grpo import GRPOConfig, run
 
     monkeypatch.setattr(rollout_mod, "generate_batch",
                         scripted_policy(tokenizer, [CALL, "Final Answer: 1081"], wrong_rows=(1, 2, 3)))
@@ -423,7 +445,7 @@ def test_agent_rloo_trains_two_steps_with_leave_one_out_advantages_and_kl_in_the
                 mask = batch["completion_mask"] * batch["tool_mask"]
                 captured.append({"advantages": batch["advantages"].clone(),
                                  "kl": ((policy - reference) * mask).sum(1), "old_logps": batch["old_logps"].clone(),
-                                 "policy_logps": (policy * mask).sum(1)})
+                                 "policy_logps": (policy * mask).sum(1), "action_tokens": mask.sum()})
                 return batch
         return Recording
 
@@ -431,13 +453,15 @@ def test_agent_rloo_trains_two_steps_with_leave_one_out_advantages_and_kl_in_the
     data = tmp_path / "task.jsonl"
     data.write_text(json.dumps(ROW) + "\n")
     out = tmp_path / "agent-rloo"
-    beta = 0.05
-    result = run(AgentGRPOConfig(
-        model=str(tiny_model_dir), output_dir=str(out), algorithm="rloo", dataset=str(data), train_rows=1,
-        num_generations=4, generation_batch_size=4, max_steps=2, learning_rate=0.05, beta=beta,
-        tool_call_reward=0.0, max_turn_tokens=64, max_completion_length=200, report_to="tensorboard"))
+    beta = 0.05  # temperature 1 below: TRL divides the logits by it, the plain forwards of _completion_logps do not
+    result = run(config_from_dict(GRPOConfig, dict(
+        model=str(tiny_model_dir), output_dir=str(out), environment="calculator", algorithm="rloo", dataset=str(data),
+        max_train_samples=1, num_generations=4, batch_size=4, gradient_accumulation_steps=1, max_steps=2,
+        learning_rate=0.05, beta=beta, temperature=1.0, tool_call_reward=0.0, max_turn_tokens=64,
+        max_completion_length=200, heldout_every=0, save_steps=10, report_to=["tensorboard"])))
 
-    assert len(captured) == 2  # one generation batch per optimizer step
+    assert result["steps"] == 2
+    assert len(captured) == 2  # RLOO's trainer ran: one generation batch per optimizer step
     first, second = captured
     # Step 1: the fresh LoRA adapter is the reference, so the KL is exactly 0 and the advantages are the
     # leave-one-out ones of [1, 0, 0, 0]: 1 - 0 and 0 - 1/3 (GRPO's would be 0.75 / -0.25, or ±1.5 / ∓0.5 std-scaled).
@@ -454,11 +478,19 @@ def test_agent_rloo_trains_two_steps_with_leave_one_out_advantages_and_kl_in_the
         assert step["old_logps"].tolist() == pytest.approx(step["policy_logps"].tolist(), abs=1e-4)
 
     assert (Path(result["model_dir"]) / "config.json").is_file()
-    events = EventAccumulator(str(next(out.rglob("events.out.tfevents.*")).parent))
+    # The stage's logs: the documented metric names, RLOO's KL and the episode statistics, for both steps.
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    trained = [m for m in metrics if "grpo/reward" in m]
+    assert [m["step"] for m in trained] == [1, 2]
+    assert [m["grpo/reward"] for m in trained] == [0.25, 0.25]  # returns [1, 0, 0, 0] in each group
+    assert [m["agent/accuracy"] for m in trained] == [0.25, 0.25]
+    assert all(m["agent/tool_call_rate"] == 1.0 for m in trained)
+    # RLOO's KL as RLOOTrainer logs it: the per-token mean of the k1 estimate over action tokens
+    assert trained[0]["grpo/kl"] == 0.0
+    assert trained[1]["grpo/kl"] == pytest.approx((second["kl"].sum() / second["action_tokens"]).item(), abs=1e-5)
+    events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"train/loss", "train/reward", "train/kl", "train/entropy", "train/clip_ratio/region_mean",
-            "train/agent/accuracy", "train/agent/tool_call_rate"} <= tags
-    assert [e.step for e in events.Scalars("train/reward")] == [1, 2]
-    assert [e.value for e in events.Scalars("train/reward")] == [0.25, 0.25]
-    assert [e.value for e in events.Scalars("train/agent/accuracy")] == [0.25, 0.25]
+    assert {"train/loss", "grpo/reward", "grpo/kl", "grpo/entropy", "grpo/clip_ratio", "agent/accuracy",
+            "agent/tool_call_rate"} <= tags
+    assert [e.step for e in events.Scalars("grpo/reward")] == [1, 2]

@@ -45,7 +45,7 @@ FLOAT_FIELDS = _float_fields()
 def test_the_walk_finds_the_float_settings():
     found = {(c, n) for c, n, _ in FLOAT_FIELDS}
     assert {("sft", "learning_rate"), ("grpo", "beta"), ("eval", "temperature"), ("serve", "batch_wait_ms"),
-            ("agent-grpo", "answer_reward"), ("pretrain", "warmup_ratio")} <= found
+            ("grpo", "answer_reward"), ("sft", "direct_fraction"), ("pretrain", "warmup_ratio")} <= found
     assert len(FLOAT_FIELDS) >= 40
 
 
@@ -97,14 +97,17 @@ RANGE_CASES = [
     ("grpo", "select_samples", -1), ("grpo", "sft_loss_weight", -0.5), ("grpo", "select_candidates", 0),
     ("eval", "temperature", -1.0), ("eval", "top_p", 0.0), ("eval", "top_p", 1.5), ("eval", "num_examples", -1),
     ("eval", "max_new_tokens", 0), ("eval", "batch_size", 0), ("eval", "seed", -1), ("eval", "num_samples", 0),
-    ("agent-sft", "learning_rate", 0.0), ("agent-sft", "epochs", 0.0), ("agent-sft", "batch_size", 0),
-    ("agent-sft", "train_rows", 0), ("agent-sft", "direct_fraction", 1.5), ("agent-sft", "seed", -1),
-    ("agent-grpo", "learning_rate", 0.0), ("agent-grpo", "temperature", 0.0), ("agent-grpo", "beta", -1.0),
-    ("agent-grpo", "epsilon", 0.0), ("agent-grpo", "top_p", 0.0), ("agent-grpo", "max_turns", 0),
-    ("agent-grpo", "max_steps", 0), ("agent-grpo", "lora_r", 0), ("agent-grpo", "answer_reward", 0.0),
-    ("agent-grpo", "tool_error_reward", 0.5), ("agent-grpo", "max_tool_calls", -1), ("agent-grpo", "logging_steps", 0),
-    ("agent-eval", "num_rows", 0), ("agent-eval", "batch_size", 0), ("agent-eval", "max_turns", 0),
-    ("agent-eval", "max_tool_calls", -1), ("agent-eval", "max_turn_tokens", 0),
+    ("eval", "max_samples", 0),
+    # The environment settings (agent/settings.py), shared by sft, grpo and eval, and SFT's demonstration mix.
+    ("sft", "max_turns", 0), ("sft", "max_tool_calls", -1), ("sft", "max_turn_tokens", 0),
+    ("sft", "answer_reward", 0.0), ("sft", "tool_error_reward", 0.5), ("sft", "direct_fraction", 1.5),
+    ("sft", "direct_fraction", -0.1), ("sft", "skip_tool_fraction", 1.5), ("sft", "skip_tool_fraction", -0.1),
+    ("sft", "epochs", 0.0), ("sft", "batch_size", 0),
+    ("grpo", "max_turns", 0), ("grpo", "max_tool_calls", -1), ("grpo", "max_turn_tokens", 0),
+    ("grpo", "answer_reward", 0.0), ("grpo", "answer_reward", -1.0), ("grpo", "tool_error_reward", 0.5),
+    ("grpo", "lora_r", 0), ("grpo", "logging_steps", 0),
+    ("eval", "max_turns", 0), ("eval", "max_tool_calls", -1), ("eval", "max_turn_tokens", 0),
+    ("eval", "answer_reward", 0.0), ("eval", "tool_error_reward", 0.5),
     ("tune", "trials", 0), ("tune", "eval_samples", 0), ("tune", "max_new_tokens", 0),
     ("tune", "prune_startup_trials", -1), ("tune", "seed", -1),
     ("serve", "max_batch_size", 0), ("serve", "batch_wait_ms", -1.0), ("serve", "temperature", -0.5),
@@ -116,7 +119,6 @@ RANGE_CASES = [
     ("preferences", "top_p", 1.5), ("preferences", "max_new_tokens", 0), ("preferences", "max_samples", 0),
     ("preferences", "batch_size", 0), ("preferences", "min_margin", -0.1), ("preferences", "synthetic_train_size", 0),
     ("compare", "seed", -5), ("compare", "bootstrap_samples", 99),
-    ("agent-grpo", "num_generations", 0), ("agent-grpo", "num_generations", 1),
 ]
 
 
@@ -130,6 +132,14 @@ def test_out_of_range_setting_is_a_one_line_error_naming_it(command, name, value
     assert message.startswith(f"{name} must be "), message
 
 
+@pytest.mark.parametrize("value", [0, 1])
+def test_a_group_of_fewer_than_two_generations_is_refused(value):
+    """GRPO's message names the value and why (advantages compare completions of one prompt), so it does not start
+    like the range messages above."""
+    with pytest.raises(ConfigError, match=rf"^num_generations \({value}\) must be >= 2: advantages compare "):
+        config_from_dict(_config_class("grpo"), {"num_generations": value, "environment": "calculator"})
+
+
 def test_defaults_are_in_range():
     for command in COMMANDS:
         if command in ("quickstart", "pipeline"):
@@ -137,7 +147,7 @@ def test_defaults_are_in_range():
         config_from_dict(_config_class(command), dict(BASE.get(command, {})))
 
 
-@pytest.mark.parametrize("command", ["pretrain", "sft", "grpo", "agent-sft", "agent-grpo"])
+@pytest.mark.parametrize("command", ["pretrain", "sft", "grpo"])
 def test_a_config_built_in_python_is_range_checked_too(command):
     """Hyper-parameter search and scripts build configs directly: NaN cannot slip past the checks there."""
     cls = _config_class(command)

@@ -177,14 +177,21 @@ def test_reward_check_on_binary_or_hostile_files_is_one_line_error(tmp_path, cap
 
 @pytest.mark.parametrize("content, problem", [
     ("question: caf\xe9".encode("latin-1"), "not UTF-8 text"),
-    (('{"question": "q", "ground_truth": ' + HUGE_INT + "}\n").encode(), "line 1: invalid JSON (a number"),
-    (('{"question": ' + DEEP + "}\n").encode(), "line 1: invalid JSON (arrays/objects nested"),
+    (('{"question": "q", "ground_truth": ' + HUGE_INT + "}\n").encode(), "line 1: malformed JSON (a number"),
+    (('{"question": ' + DEEP + "}\n").encode(), "line 1: malformed JSON (arrays/objects nested"),
     (b'["not", "an", "object"]\n', "line 1: expected a JSON object"),
 ])
-def test_agent_task_files_that_are_not_jsonl_are_data_errors(tmp_path, content, problem):
-    from agentic_rl.agent.train import load_task_rows
-
+def test_environment_task_files_that_are_not_jsonl_are_one_line_errors(tiny_model_dir, tmp_path, content, problem,
+                                                                        capsys):
+    """`sft --environment calculator --dataset FILE` on a hostile task file: one line naming the file and the
+    problem, and no run directory."""
     path = tmp_path / "tasks.jsonl"
     path.write_bytes(content)
-    with pytest.raises(DataError, match=problem.replace("(", r"\(")):
-        load_task_rows(str(path), "train", 10)
+    out = tmp_path / "sft"
+    assert main(["sft", "--model", str(tiny_model_dir), "--output-dir", str(out), "--environment", "calculator",
+                 "--dataset", str(path)]) == 2
+    err = capsys.readouterr().err  # the model loads first (its progress bars come before the error)
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and err.rstrip("\n").endswith(errors[0]) and "Traceback" not in err
+    assert problem in errors[0] and str(path) in errors[0]
+    assert not out.exists()

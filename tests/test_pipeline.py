@@ -133,24 +133,43 @@ def test_quickstart_command_rejects_unknown_flags_and_stage_names(tmp_path, caps
     assert isinstance(QuickstartConfig(), QuickstartConfig) and callable(run_quickstart)
 
 
-def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(tmp_path):
-    from agentic_rl.agent.quickstart import run_agentic_quickstart
-
-    report = run_agentic_quickstart(tmp_path / "agentic", smoke=True)
-    for stage in ("eval_sft", "eval_grpo"):
-        for mode in ("with_tools", "without_tools"):
-            stats = report[stage][mode]
-            assert 0.0 <= stats["accuracy"] <= 1.0 and 0.0 <= stats["tool_call_rate"] <= 1.0
-            assert stats["turns_per_episode"] >= 1.0
-        # Without tools the environment never executes a call.
-        assert report[stage]["without_tools"]["tool_calls_per_episode"] == 0.0
-    assert (tmp_path / "agentic" / "report.md").is_file()
-    marker = tmp_path / "agentic" / "grpo" / "stage.json"
-    before = marker.read_bytes()
+def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(tmp_path, monkeypatch):
+    """`quickstart --preset agentic --smoke`: the pipeline's layout, with every stage evaluated in the environment
+    with and without tools; the summary's numbers are the episodes' own."""
+    monkeypatch.chdir(tmp_path)  # the quickstart writes runs/<name>/ under the working directory
+    summary = run_quickstart(QuickstartConfig(preset="agentic", smoke=True, name="agentic"))
+    out = tmp_path / "runs" / "agentic"
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk["stages"].keys() >= {"pretrain", "base", "sft", "grpo", "export"}
+    report = (out / "report.md").read_text()
+    assert "in environment `calculator`" in report
+    assert "| stage | accuracy with tools | without tools | tool-call rate |" in report
+    questions = {}
+    for stage in ("base", "sft", "grpo"):
+        numbers = on_disk["stages"][stage]
+        assert numbers["accuracy"] == summary["stages"][stage]["accuracy"]
+        episodes = {mode: [json.loads(line) for line in (out / "eval" / stage / f"episodes_{mode}.jsonl").open()]
+                    for mode in ("with_tools", "without_tools")}
+        with_tools, without = episodes["with_tools"], episodes["without_tools"]
+        assert len(with_tools) == len(without) == 8  # eval_samples of the smoke preset
+        assert numbers["accuracy"] == pytest.approx(sum(e["correct"] for e in with_tools) / 8)
+        assert numbers["accuracy_without_tools"] == pytest.approx(sum(e["correct"] for e in without) / 8)
+        valid_calls = [e["tool_calls"] - e["tool_errors"] for e in with_tools]
+        assert numbers["tool_call_rate"] == pytest.approx(sum(n > 0 for n in valid_calls) / 8)
+        assert numbers["turns_per_episode"] == pytest.approx(sum(e["turns"] for e in with_tools) / 8)
+        # Without tools the environment never executes a call (an attempt gets an error observation).
+        assert all(e["tool_calls"] == e["tool_errors"] for e in without)
+        assert all(m["content"].startswith("error:") for e in without for m in e["messages"] if m["role"] == "tool")
+        questions[stage] = [e["question"] for e in with_tools]
+        row = next(line for line in report.splitlines() if line.startswith(f"| {stage} |"))
+        assert row.startswith(f"| {stage} | {numbers['accuracy']:.1%} | {numbers['accuracy_without_tools']:.1%} | "
+                              f"{numbers['tool_call_rate']:.1%} |")
+    assert questions["base"] == questions["sft"] == questions["grpo"]  # the same held-out problems for every stage
+    before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in out.rglob("*")}
     # Another seed does not reuse this run's stages (nor deletes them): it is an error naming the setting.
     with pytest.raises(ConfigError, match=r"other settings: seed \(0 -> 1\)"):
-        run_agentic_quickstart(tmp_path / "agentic", smoke=True, seed=1)
-    assert marker.read_bytes() == before
+        run_quickstart(QuickstartConfig(preset="agentic", smoke=True, name="agentic", seed=1))
+    assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in out.rglob("*")} == before
 
 
 @pytest.mark.parametrize("preset", ["quickstart", "quickstart-smoke"])

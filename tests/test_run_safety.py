@@ -137,24 +137,19 @@ def test_a_pipeline_never_writes_into_or_fresh_deletes_a_stage_run(tiny_model_di
     assert _snapshot(out) == before
     from agentic_rl.runs import check_deletable
 
-    with pytest.raises(ConfigError, match="holds a sft run, not a agentic-quickstart run"):
-        check_deletable(out, "agentic-quickstart")
+    with pytest.raises(ConfigError, match="holds a sft run, not a pipeline run"):
+        check_deletable(out)  # any kind of run root: the pipeline's (every quickstart preset is one)
 
 
-@pytest.mark.parametrize("command", ["agent-sft", "preferences"])
-def test_the_refusal_names_only_flags_the_command_has(command, tmp_path, capsys):
-    """agent-sft and preferences have --overwrite but no --resume: the message must not suggest it."""
-    from agentic_rl.agent.sft import AgentSFTConfig
+def test_the_refusal_names_only_flags_the_command_has(tmp_path, capsys):
+    """preferences has --overwrite but no --resume: the message must not suggest it."""
     from agentic_rl.data.preferences import PreferencesConfig
 
-    out = tmp_path / command
-    if command == "agent-sft":
-        _finished_stage_run(out, AgentSFTConfig(model="m"), "agent-sft", "model/config.json")
-    else:
-        _finished_stage_run(out, PreferencesConfig(model="m"), "preferences", "stats.json")
-    assert main([command, "--model", "m", "--output-dir", str(out)]) == 2
+    out = tmp_path / "preferences"
+    _finished_stage_run(out, PreferencesConfig(model="m"), "preferences", "stats.json")
+    assert main(["preferences", "--model", "m", "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == (f"error: {out} already holds a finished {command} run; pass --overwrite to replace it, or "
+    assert err[-1] == (f"error: {out} already holds a finished preferences run; pass --overwrite to replace it, or "
                        f"choose another --output-dir")
 
 

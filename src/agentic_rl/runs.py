@@ -31,9 +31,10 @@ from agentic_rl.utils import RUNS_ROOT, last_checkpoint, log, read_json, warn, w
 
 RUN_MARKER = ".agentic-rl-run"
 
-#: The kinds of run directory that hold other runs (what :func:`create_run_root` is called with: the pipeline and the
-#: agentic quickstart); ``--fresh`` deletes only these, a stage's own run is replaced with that stage's ``--overwrite``.
-RUN_ROOT_KINDS = frozenset({"pipeline", "agentic-quickstart"})
+#: The kinds of run directory that hold other runs (what :func:`create_run_root` is called with: the pipeline, which
+#: every quickstart preset runs); ``--fresh`` deletes only these, a stage's own run is replaced with that stage's
+#: ``--overwrite``.
+RUN_ROOT_KINDS = frozenset({"pipeline"})
 
 #: Settings that may differ between a run and its ``--resume``: continuing for more steps, or logging and saving
 #: differently, does not change what the checkpoints were trained on.
@@ -237,8 +238,8 @@ def check_stage_dir(out: Path, config: Any, *, stage: str, finished: str, checkp
 
 
 def _choices(config: Any, overwrite_does: str) -> str:
-    """What the user can do about a run in the way, naming only the flags this stage has (``agent-sft`` and
-    ``preferences`` have ``--overwrite`` but no ``--resume``)."""
+    """What the user can do about a run in the way, naming only the flags this stage has (``preferences`` has
+    ``--overwrite`` but no ``--resume``)."""
     flags = [f"--{name} to {does}" for name, does in (("resume", "continue it"), ("overwrite", overwrite_does))
              if hasattr(config, name)]
     if not flags:

@@ -8,10 +8,12 @@
 * :mod:`~agentic_rl.agent.self_correct_env` — self-correction: attempts checked by the verifier, feedback, retries;
 * :mod:`~agentic_rl.agent.trl_env` — environments written in TRL's ``environment_factory`` shape;
 * :mod:`~agentic_rl.agent.rollout` — the multi-turn loop (training and evaluation), env masks, TRL ``rollout_func``;
-* :mod:`~agentic_rl.agent.tasks` / :mod:`~agentic_rl.agent.sft` — task rows, tool-use demonstrations, their SFT;
-* :mod:`~agentic_rl.agent.train` — agentic GRPO on TRL's GRPOTrainer;
-* :mod:`~agentic_rl.agent.evaluate` — evaluation with and without tools;
-* :mod:`~agentic_rl.agent.quickstart` — the embedded demonstration (``agentic-rl quickstart --agentic``).
+* :mod:`~agentic_rl.agent.tasks` — task rows and tool-use demonstrations;
+* :mod:`~agentic_rl.agent.settings` — the environment settings the stages share (``EnvironmentSettings``).
+
+This package is the library; the stages are the main ones with ``--environment``: ``agentic-rl sft`` (tool-use
+demonstrations, :mod:`agentic_rl.train.sft`), ``grpo`` (multi-turn episodes, :mod:`agentic_rl.train.grpo`), ``eval``
+(with and without tools, :mod:`agentic_rl.eval.evaluate`), and ``agentic-rl quickstart --preset agentic``.
 """
 
 from agentic_rl.agent.env import (ENVIRONMENT_SETTINGS, ENVIRONMENTS, Environment, StepResult, ToolEnvironment,

@@ -17,12 +17,12 @@ signal trainer subclasses ``GRPOTrainer``), have no meaning here: changing them 
 happens before training and works with both. TRL no longer ships a PPO trainer; GRPO and RLOO are its on-policy RL
 algorithms for LLMs.
 
-With an environment (``agentic-rl agent-grpo --algorithm rloo``). TRL 1.16's ``RLOOTrainer`` takes no
-``rollout_func`` and no ``environment_factory``, so the multi-turn stage cannot use it;
+With an environment (``agentic-rl grpo --environment calculator --algorithm rloo``). TRL 1.16's ``RLOOTrainer`` takes
+no ``rollout_func`` and no ``environment_factory``, so the multi-turn stage cannot use it;
 :func:`make_rloo_rollout_trainer_class` builds ``RLOORolloutTrainer`` instead: TRL's ``GRPOTrainer`` (for its
 ``rollout_func`` hook and tool mask) with ``RLOOTrainer``'s update — the same KL-in-the-reward, leave-one-out advantage
 and sequence-level loss as above, on action tokens only. How it maps onto ``RLOOTrainer``, and where it departs, is in
-:mod:`agentic_rl.agent.train`.
+that function's docstring.
 """
 
 from __future__ import annotations
@@ -95,6 +95,11 @@ def make_rloo_rollout_trainer_class():
       No normalisation afterwards (RLOOConfig's ``normalize_advantages`` defaults to false).
     * loss: ``−mean_i min(ρ_i A_i, clip(ρ_i, 1−ε, 1+ε_high) A_i)`` with the *sequence* ratio
       ``ρ_i = exp(Σ_t mask · (log π_θ − log π_old))``; no KL term (it is in the reward).
+
+    Where it departs from ``RLOOTrainer``: every token sum (KL, ratio, entropy) runs over *action* tokens only
+    (RLOOTrainer has no tool tokens to exclude); ``normalize_advantages`` is not offered (it stays at RLOO's
+    default); unscorable (``None``) rewards cannot occur (the reward is the episode's return), so RLOOTrainer's
+    NaN-aware baseline is not needed.
     """
     import torch
     from accelerate.utils import gather
