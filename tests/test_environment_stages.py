@@ -279,3 +279,25 @@ def test_a_pipeline_with_a_bad_environment_argument_fails_before_any_stage(tmp_p
     assert not (tmp_path / "run").exists()  # nothing pretrained, nothing written
     with pytest.raises(ConfigError, match="sampled_eval is not available with an environment"):
         config_from_dict(PipelineConfig, {"environment": "calculator", "sampled_eval": 2})
+
+
+class Exploding:
+    """A user environment whose constructor fails."""
+
+    def __init__(self):
+        raise RuntimeError("no database")
+
+    def reset(self, **row) -> None:
+        return None
+
+
+def test_settings_an_environment_does_not_take_and_a_failing_constructor_are_one_line_errors():
+    from agentic_rl.train.grpo import GRPOConfig
+    from agentic_rl.agent.settings import build_environment
+
+    config = config_from_dict(GRPOConfig, {"model": "m", "environment": "self_correct", "max_tool_calls": 5})
+    with pytest.raises(ConfigError, match="max_tool_calls does not apply to environment 'self_correct'"):
+        build_environment(config)  # it has no tools: the setting would be silently ignored
+    build_environment(config_from_dict(GRPOConfig, {"model": "m", "environment": "self_correct", "max_turns": 2}))
+    with pytest.raises(ConfigError, match="could not be built: RuntimeError: no database"):
+        build_environment(config_from_dict(GRPOConfig, {"model": "m", "environment": f"{__name__}:Exploding"}))

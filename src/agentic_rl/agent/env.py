@@ -355,7 +355,12 @@ def environment_factory(spec: str | Callable[..., Any], settings: dict[str, Any]
     def build_raw() -> Any:
         return factory(**passed, **environment_args)
 
-    first = build_raw()
+    try:
+        first = build_raw()
+    except ConfigError:
+        raise
+    except Exception as exc:  # a user's constructor: its failure is a one-line error, not a traceback
+        raise ConfigError(f"environment '{name}' could not be built: {type(exc).__name__}: {exc}") from None
     if is_trl_environment_class(first):
         adapter = import_object(TRL_ADAPTER, "environment adapter")
         adapter_settings = common  # the adapter applies the turn limits and rewards

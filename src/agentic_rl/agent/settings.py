@@ -65,10 +65,18 @@ def build_environment(config: EnvironmentSettings) -> Callable[[], Any]:
     environment or argument fails before anything is written)."""
     from agentic_rl.agent.env import environment_factory
 
-    return environment_factory(config.environment, config.environment_settings(), dict(config.environment_args))
+    factory = environment_factory(config.environment, config.environment_settings(), dict(config.environment_args))
+    defaults = {f.name: _default(f) for f in fields(EnvironmentSettings)}
+    ignored = [name for name, value in config.environment_settings().items()
+               if name not in factory.settings_used and value != defaults[name]]
+    if ignored:
+        takes = ", ".join(sorted(set(config.environment_settings()) & factory.settings_used)) or "none of them"
+        raise ConfigError(f"{ignored[0]} does not apply to environment '{config.environment}' (of the common "
+                          f"settings it takes {takes}): drop {ignored[0]}")
+    return factory
 
 
-def environment_system_prompt(system_prompt: str | None, env: Any) -> str:
+def environment_system_prompt(system_prompt: str | None, env: Any) -> str | None:
     """The system prompt of an environment's tasks: the config's when set, else the environment's own
     (``env.system_prompt``), else the project's standard instruction."""
     from agentic_rl.data.formats import resolve_system_prompt
