@@ -576,3 +576,24 @@ def test_real_sft_trial_killed_mid_training_is_cleaned_and_rerun(tmp_path, tiny_
     assert (trials_dir / "0" / "config.yaml").is_file()       # what the trial was stays readable
     assert (trials_dir / "1" / "adapter" / "adapter_model.safetensors").is_file()  # the finished one keeps its
     assert "1 complete, 0 pruned of 2 trials" in (out / "report.md").read_text()
+
+
+def test_trials_are_scored_on_the_prompt_and_columns_they_were_trained_with(tiny_model_dir, tmp_path):
+    """A pipeline's system_prompt '' (no system message) and a custom dataset's column names reach the scoring: a
+    trial trained on one prompt is never scored on another."""
+    from agentic_rl.tune import run
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "test"):
+        rows = [{"problem": f"What is {i} plus {i}?", "solution": f"{i} + {i} = {2 * i}\n#### {2 * i}"}
+                for i in range(1, 9)]
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "search"
+    run(_tiny_sft_tune(tiny_model_dir, out, space={"learning_rate": [1e-3]}, budget_steps=1, eval_samples=2,
+                       fixed={"model": str(tiny_model_dir), "max_samples": 4, "batch_size": 2, "report_to": "none",
+                              "save_steps": 1, "max_length": 128, "system_prompt": "", "dataset": str(data),
+                              "question_field": "problem", "answer_field": "solution"}))
+    score = json.loads(next((out / "trials").glob("*/0/tune_score.json")).read_text())
+    assert score["metrics"]["config"]["system_prompt"] == ""
+    assert score["metrics"]["num_prompts"] == 2

@@ -674,7 +674,9 @@ def _metric_key(objective: str) -> str:
 
 def _eval_settings(config: TuneConfig, stage_cfg: Any) -> dict[str, Any]:
     """The evaluation settings a trial is scored with (the stage's own rewards for ``objective: reward``)."""
-    settings: dict[str, Any] = {"max_new_tokens": config.max_new_tokens, "seed": config.seed or 0}
+    settings: dict[str, Any] = {"max_new_tokens": config.max_new_tokens, "seed": config.seed or 0,
+                                # scored on the prompt the trial was trained with (a pipeline's '' = no system message)
+                                "system_prompt": getattr(stage_cfg, "system_prompt", None)}
     rewards = getattr(stage_cfg, "rewards", None)
     if config.objective == "reward" and rewards:
         settings["rewards"] = list(rewards)
@@ -686,7 +688,10 @@ def load_heldout(config: TuneConfig, stage_cfg: Any, n: int) -> list[dict[str, A
     from agentic_rl.eval.evaluate import EvalConfig, load_rows
 
     dataset = getattr(stage_cfg, "dataset", None) or "synthetic"
-    return load_rows(EvalConfig(dataset=dataset, split=config.eval_split, max_samples=n, seed=config.seed or 0))
+    columns = {name: getattr(stage_cfg, name, None) for name in ("question_field", "answer_field",
+                                                                  "ground_truth_field")}
+    return load_rows(EvalConfig(dataset=dataset, split=config.eval_split, max_samples=n, seed=config.seed or 0,
+                                **columns))
 
 
 def score_model(config: TuneConfig, stage_cfg: Any, model: Any, rows: list[dict[str, Any]], *,
