@@ -816,7 +816,9 @@ def evaluate_heldout(model, tokenizer, rows, config: GRPOConfig, env_factory=Non
         stats, _ = evaluate_episodes(model, tokenizer, rows, env_factory, tools=True,
                                      tools_in_prompt=config.tools_in_prompt, max_turn_tokens=config.max_turn_tokens,
                                      max_completion_length=config.max_completion_length)
-        return {**{k: v for k, v in stats.items() if isinstance(v, (int, float))}, "n": len(rows)}
+        # avg_reward is the episode return, the reward GRPO optimises here (best_metric: avg_reward picks by it)
+        return {**{k: v for k, v in stats.items() if isinstance(v, (int, float))}, "avg_reward": stats["return"],
+                "n": len(rows)}
     from agentic_rl.eval import evaluate_model
 
     m = evaluate_model(model, rows, tokenizer=tokenizer, max_new_tokens=config.max_completion_length,
