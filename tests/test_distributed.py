@@ -92,3 +92,30 @@ def test_grpo_two_processes_end_with_identical_weights(tmp_path, tiny_model_dir)
                                        "--reward", _LENGTH_REWARD, "--report-to", "none", "--heldout-every", "0",
                                        "--completions-every", "0"])
     _assert_in_sync(ranks)
+
+
+_LENGTH_ENV = textwrap.dedent("""
+    from agentic_rl.agent.env import Environment, StepResult
+
+    class LengthEnv(Environment):
+        '''One-turn episodes whose reward is shorter-is-better: a signal even for the untrained model's text.'''
+
+        def reset(self, task):
+            self.task = task
+            return None
+
+        def step(self, text):
+            return StepResult(observation=[], reward=-0.01 * len(text), done=True,
+                              info={"kind": "answer", "correct": False})
+""")
+
+
+@pytest.mark.slow
+def test_grpo_in_an_environment_two_processes_end_with_identical_weights(tmp_path, tiny_model_dir):
+    (tmp_path / "length_env.py").write_text(_LENGTH_ENV)
+    ranks = _launch(tmp_path, "grpo", ["--model", str(tiny_model_dir), "--preset", "tiny", "--max-train-samples",
+                                       "16", "--batch-size", "8", "--num-generations", "4",
+                                       "--max-completion-length", "8", "--max-turn-tokens", "8", "--max-steps", "2",
+                                       "--learning-rate", "1e-2", "--environment", "length_env:LengthEnv",
+                                       "--report-to", "none", "--heldout-every", "0", "--completions-every", "0"])
+    _assert_in_sync(ranks)
