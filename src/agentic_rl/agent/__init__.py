@@ -22,4 +22,5 @@ from agentic_rl.agent.env import (ENVIRONMENT_SETTINGS, ENVIRONMENTS, Environmen
 from agentic_rl.agent.tools import TOOLS, Tool, ToolError, get_tool, register_tool
 
 __all__ = ["ENVIRONMENT_SETTINGS", "environment_factory", "environment_settings_used", "ENVIRONMENTS", "Environment",
-           "StepResult", "ToolEnvironment", "make_environment", "register_environment", "trajectory_return", "TOOLS", "Tool", "ToolError", "get_tool", "register_tool"]
+           "StepResult", "ToolEnvironment", "make_environment", "register_environment", "trajectory_return", "TOOLS",
+           "Tool", "ToolError", "get_tool", "register_tool"]

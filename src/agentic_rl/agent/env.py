@@ -19,8 +19,8 @@ the whole trajectory, so the group-relative advantage reaches every action token
 :class:`ToolEnvironment` is the environment most users want: each turn either calls tools (``<tool_call>`` blocks,
 see :mod:`agentic_rl.agent.tool_format`) — the calls run and their results come back as ``tool`` messages — or
 answers, which ends the episode and is scored against ``task["ground_truth"]`` with the one parse-and-compare
-function (:func:`agentic_rl.rewards.is_correct`). Per-step rewards follow the Hello-Agents book's example: a small reward for
-each useful valid tool call (it returned a result, is not a repeat, and passes :meth:`ToolEnvironment.is_useful`,
+function (:func:`agentic_rl.rewards.is_correct`). Per-step rewards follow the Hello-Agents book's example: a small
+reward for each useful valid tool call (it returned a result, is not a repeat, and passes :meth:`ToolEnvironment.is_useful`,
 which subclasses narrow — the calculator asks for grounded arguments), the large part for a correct final answer.
 Malformed JSON, an unknown tool, bad arguments, a tool error or going over ``max_tool_calls`` all become an error
 observation — never an exception. ``max_turns`` bounds the episode: the last allowed turn is scored as the answer.
@@ -238,7 +238,8 @@ def get_environment_factory(spec: str | Callable[..., Environment]) -> Callable[
         if not callable(factory):
             raise ConfigError(f"environment '{spec}' is not callable")
         return factory
-    raise ConfigError(f"unknown environment '{spec}'; registered: {', '.join(sorted({*ENVIRONMENTS, *BUILTIN_ENVIRONMENTS}))} "
+    known = ", ".join(sorted({*ENVIRONMENTS, *BUILTIN_ENVIRONMENTS}))
+    raise ConfigError(f"unknown environment '{spec}'; registered: {known} "
                       "(or give module:factory)")
 
 

@@ -13,8 +13,8 @@ Algorithm:
 3. Model: any causal LM (``models.load_model_and_tokenizer``). LoRA (rank ``lora_r``, scale ``lora_alpha``/r,
    dropout, on q/k/v/o projections, optionally the MLP's gate/up/down) unless ``full`` is set.
 4. Optimisation: AdamW, linear warm-up over the first ``warmup_ratio`` of the steps, then linear decay to 0 (the
-   Hello-Agents book's schedule). Loss, gradient norm and learning rate go to TensorBoard (``<run>/tensorboard``) or wandb;
-   the health rules of ``train.monitoring`` print live warnings.
+   Hello-Agents book's schedule). Loss, gradient norm and learning rate go to TensorBoard (``<run>/tensorboard``)
+   or wandb; the health rules of ``train.monitoring`` print live warnings.
 5. Output in the run directory: ``checkpoints/`` (for ``--resume``), ``adapter/`` (LoRA weights + tokenizer),
    ``merged/`` (``merge_and_unload``: a plain model directory later stages and export start from), ``config.yaml``,
    ``metrics.json`` and ``log_history.json``, and the marker ``.agentic-rl-run`` with the settings ``--resume`` checks
