@@ -41,6 +41,23 @@ def test_smoke_ladder_writes_everything_into_one_run_directory(smoke_run):
     assert "| base |" in report and "| sft |" in report and "| grpo |" in report
 
 
+def test_the_report_says_where_the_time_goes(smoke_run):
+    from agentic_rl.report import stage_time_rows
+
+    out, summary = smoke_run
+    rows = {row["stage"]: row for row in stage_time_rows(out, summary)}
+    grpo = json.loads((out / "grpo" / "stage.json").read_text())
+    assert grpo["generation_seconds"] > 0  # the trainer timed its generation batches
+    share = (grpo["generation_seconds"] + grpo["heldout_seconds"]) / grpo["wall_time_s"]
+    assert rows["grpo"]["generation_share"] == pytest.approx(share) and 0 < share < 1
+    # pretraining tokens: the smoke preset's 8 steps x 8 blocks x 64 tokens
+    assert rows["pretrain"]["tokens"] == 8 * 8 * 64 and rows["sft"]["generation_share"] == 0.0
+    eval_sft = summary["stages"]["sft"]["metrics"]
+    assert rows["eval sft"]["tokens"] == pytest.approx(eval_sft["avg_tokens"] * eval_sft["num_prompts"])
+    report = (out / "report.md").read_text()
+    assert "## Where the time goes" in report and f"| grpo | {grpo['wall_time_s']:.0f} |" in report
+
+
 def test_the_control_gets_grpo_wall_time_in_sft_steps_and_is_compared_paired(smoke_run):
     out, _ = smoke_run
     on_disk = json.loads((out / "summary.json").read_text())

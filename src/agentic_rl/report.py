@@ -144,6 +144,60 @@ def _control_section(summary: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def stage_time_rows(root: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where the time went, per stage: wall seconds, tokens processed (pretraining and SFT: trained tokens; GRPO:
+    prompt + completion tokens of its batches; evaluation: generated tokens), tokens/s and the share of the time spent
+    generating (GRPO: its timed generation plus held-out checks; evaluation: all of it; training stages: none)."""
+    rows = []
+    for name, stage in summary["stages"].items():
+        seconds, tokens, generating = stage.get("wall_time_s"), None, None
+        folder = root / name
+        if seconds is not None and name == "pretrain":
+            import yaml
+
+            config = yaml.safe_load((folder / "config.yaml").read_text()) if (folder / "config.yaml").is_file() else {}
+            if all(isinstance(config.get(k), int) for k in ("max_steps", "batch_size", "seq_length")):
+                tokens = config["max_steps"] * config["batch_size"] * config["seq_length"]
+            generating = 0.0
+        elif seconds is not None and name in ("sft", "sft_continued"):
+            history = load_log_history(folder)
+            counted = [h["num_tokens"] for h in history if isinstance(h.get("num_tokens"), (int, float))]
+            tokens, generating = (counted[-1] if counted else None), 0.0
+        elif seconds is not None and name == "grpo":
+            counted = [r["perf/num_tokens"] for r in read_jsonl(folder / "metrics.jsonl") if "perf/num_tokens" in r]
+            tokens = counted[-1] if counted else None
+            result = json.loads((folder / "stage.json").read_text()) if (folder / "stage.json").is_file() else {}
+            if result.get("generation_seconds") is not None and not result.get("resumed_from"):
+                generating = (result["generation_seconds"] + result.get("heldout_seconds", 0.0)) / max(seconds, 1e-9)
+        if seconds is not None:
+            rows.append({"stage": name, "seconds": seconds, "tokens": tokens, "generation_share": generating})
+        eval_seconds = stage.get("eval_wall_time_s")
+        if eval_seconds:
+            metrics = stage.get("metrics") or {}
+            generated = (metrics["avg_tokens"] * metrics["num_prompts"] * metrics.get("num_samples", 1)
+                         if isinstance(metrics.get("avg_tokens"), (int, float)) and metrics.get("num_prompts")
+                         else None)
+            rows.append({"stage": f"eval {name}", "seconds": eval_seconds, "tokens": generated,
+                         "generation_share": 1.0})
+    return rows
+
+
+def _time_section(root: Path, summary: dict[str, Any]) -> list[str]:
+    rows = stage_time_rows(root, summary)
+    if not rows:
+        return []
+    lines = ["## Where the time goes", "", "| stage | seconds | tokens processed | tokens/s | generating |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        rate = row["tokens"] / row["seconds"] if row["tokens"] and row["seconds"] else None
+        lines.append(f"| {row['stage']} | {row['seconds']:.0f} | {_fmt(row['tokens'], '{:,.0f}')} | "
+                     f"{_fmt(rate, '{:,.0f}')} | {_fmt(row['generation_share'], '{:.0%}')} |")
+    total = sum(row["seconds"] for row in rows)
+    lines += ["", f"{total:.0f} s in the stages above (the run's total wall time also counts loading and "
+              "writing between them).", ""]
+    return lines
+
+
 def write_pipeline_report(root: Path, summary: dict[str, Any]) -> Path:
     root = Path(root)
     lines = [f"# agentic-rl run: {summary.get('name', root.name)}", "",
@@ -176,12 +230,7 @@ def write_pipeline_report(root: Path, summary: dict[str, Any]) -> Path:
             lines += [f"Sampled pass@1: {first_sampled['samples']} samples per problem at temperature "
                       f"{first_sampled['temperature']} (GRPO's training temperature).", ""]
         lines += _control_section(summary)
-    timing = [(name, stage.get("wall_time_s")) for name, stage in summary["stages"].items()
-              if stage.get("wall_time_s") is not None]
-    if timing:
-        lines += ["## Wall time per stage", "", "| stage | seconds |", "|---|---|"]
-        lines += [f"| {name} | {seconds:.0f} |" for name, seconds in timing]
-        lines.append("")
+    lines += _time_section(root, summary)
     for png in plot_training_curves(root):
         lines += ["## Training curves", "", f"![training curves]({png.name})", ""]
     if summary.get("export_dir"):

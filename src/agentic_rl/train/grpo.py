@@ -78,6 +78,7 @@ Metrics (TRL's raw name -> ours; anything else TRL logs appears as ``grpo/<raw n
     train/loss, train/grad_norm,           loss, grad_norm,             optimizer quantities
     train/learning_rate                    learning_rate
     perf/step_time_s                       step_time                    wall time of one optimizer step
+    perf/generation_s                      (ours)                       of it, seconds spent generating the batch
     grpo/signal/dropped_group_fraction     (ours, refill_max_draws)     groups of the first draw whose rewards tie
     grpo/signal/refill_draws               (ours)                       extra generation rounds to replace them
     grpo/signal/final_zero_std_fraction    (ours)                       groups without signal left in the batch
@@ -603,7 +604,7 @@ _RENAME = {
     "clip_ratio/region_mean": "grpo/clip_ratio", "clip_ratio/low_mean": "grpo/clip_ratio_low",
     "clip_ratio/high_mean": "grpo/clip_ratio_high", "completions/mean_length": "grpo/completion_length",
     "completions/clipped_ratio": "grpo/truncated_fraction", "step_time": "perf/step_time_s",
-    "num_tokens": "perf/num_tokens",
+    "num_tokens": "perf/num_tokens", "generation_time": "perf/generation_s",
 }
 
 
@@ -1023,6 +1024,10 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         "difficulty_selection": selection,
         "steps": trainer.state.global_step,
         "wall_time_s": round(time.time() - started, 1),
+        # seconds spent generating training batches (this run's part when resumed; None: not timed, e.g. RLOO)
+        "generation_seconds": (round(trainer.generation_seconds, 1) if hasattr(trainer, "generation_seconds")
+                               else None),
+        "heldout_seconds": round(sum(r.get("seconds", 0.0) for r in heldout_rows), 1),
     }
     write_json(out / "result.json", result)
     log(f"GRPO done in {result['wall_time_s']:.0f}s: merged model in {merged_dir}")

@@ -22,6 +22,7 @@ left in the batch that trains), ``grpo/signal/sft_loss``.
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 from agentic_rl.errors import ConfigError
@@ -170,6 +171,17 @@ def make_signal_trainer_class():
             self._refill_rng = random.Random(seed)
             self._refill_order: list[int] = []
             self._demo_rng = random.Random(seed + 1)
+
+        # --- where the time goes --------------------------------------------------------------------------------
+        def _generate(self, prompts):
+            """TRL's generation (its own, vLLM or a ``rollout_func``), timed: ``generation_time`` per batch, the
+            report's share of GRPO time spent generating."""
+            started = time.perf_counter()
+            output = super()._generate(prompts)
+            seconds = time.perf_counter() - started
+            self.generation_seconds = getattr(self, "generation_seconds", 0.0) + seconds
+            self._metrics["train" if self.model.training else "eval"]["generation_time"].append(seconds)
+            return output
 
         # --- zero-variance groups -------------------------------------------------------------------------------
         def _draw_prompts(self, n_prompts: int) -> list[dict[str, Any]]:
