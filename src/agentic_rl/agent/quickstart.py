@@ -87,7 +87,8 @@ SMOKE = dict(pretrain_steps=10, sft_rows=32, sft_epochs=1.0, grpo_steps=2, grpo_
 
 def run_agentic_quickstart(output_dir: str | Path | None = None, *, name: str = "quickstart-agentic", seed: int = 0,
                            fresh: bool = False, smoke: bool = False, base_model: str | None = None,
-                           pretrain_steps: int = 300, sft_rows: int = 16000, sft_epochs: float = 1.0,
+                           pretrain_steps: int = 300, pretrain_corpus: str = "arithmetic", sft_rows: int = 16000,
+                           sft_epochs: float = 1.0,
                            sft_learning_rate: float = 2e-3, sft_batch_size: int = 16, final_turn: str = "answer",
                            direct_fraction: float = 0.25, skip_tool_fraction: float = 0.35, grpo_steps: int = 30,
                            grpo_rows: int = 512, num_generations: int = 8, generation_batch_size: int = 32,
@@ -108,7 +109,8 @@ def run_agentic_quickstart(output_dir: str | Path | None = None, *, name: str = 
     new_run = not has_run(root)
     out = create_run_root(root, "agentic-quickstart")
     # The ladder's settings are recorded with the run: a re-run with other ones must not reuse its stages.
-    settings = dict(seed=seed, smoke=smoke, base_model=base_model, pretrain_steps=pretrain_steps, sft_rows=sft_rows,
+    settings = dict(seed=seed, smoke=smoke, base_model=base_model, pretrain_steps=pretrain_steps,
+                    pretrain_corpus=pretrain_corpus, sft_rows=sft_rows,
                     sft_epochs=sft_epochs, sft_learning_rate=sft_learning_rate, sft_batch_size=sft_batch_size,
                     final_turn=final_turn, direct_fraction=direct_fraction, skip_tool_fraction=skip_tool_fraction,
                     grpo_steps=grpo_steps, grpo_rows=grpo_rows, num_generations=num_generations,
@@ -144,7 +146,8 @@ def run_agentic_quickstart(output_dir: str | Path | None = None, *, name: str = 
         from agentic_rl.train.pretrain import run as pretrain
 
         base = timed("base", lambda: pretrain(PretrainConfig(output_dir=str(out / "base"), seed=seed,
-                                                             max_steps=pretrain_steps, data_seed=data_seed,
+                                                             max_steps=pretrain_steps, corpus=pretrain_corpus,
+                                                             data_seed=data_seed,
                                                              report_to="none")))
         base_model = str(base["model_dir"])
     report["base_model"] = base_model
