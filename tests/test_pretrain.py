@@ -22,6 +22,22 @@ def test_corpus_excludes_held_out_questions_and_has_no_task_format():
     assert sum(" = " in line for line in lines) > 1000  # mostly arithmetic
 
 
+def test_copy_corpus_option_adds_copy_lines_and_keeps_both_test_splits_out():
+    from agentic_rl.data.synthetic import arithmetic_corpus, synthetic_splits
+
+    default = PretrainConfig(corpus_lines=2000, exclude_test=300)
+    _, arithmetic_test = synthetic_splits(0, 300, seed=0)
+    assert build_corpus(default) == arithmetic_corpus(2000, 0, exclude=[r["question"] for r in arithmetic_test])
+    lines = build_corpus(PretrainConfig(corpus_lines=2000, exclude_test=300, corpus="arithmetic+copy"))
+    assert len(lines) == 2000 and sum(" -> " in line for line in lines) == 500
+    _, multiplication_test = synthetic_splits(0, 300, seed=0, kind="multiplication")
+    questions = {line.rsplit("?", 1)[0] + "?" for line in lines if "?" in line}
+    assert sum("*" in line and "?" in line for line in lines) >= 250
+    assert not questions & {r["question"] for r in multiplication_test + arithmetic_test}
+    with pytest.raises(ConfigError, match="corpus must be one of"):
+        PretrainConfig(corpus="copy")
+
+
 def test_pack_blocks_are_full_length(tiny_model_dir):
     from transformers import AutoTokenizer
 

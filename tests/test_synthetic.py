@@ -7,6 +7,7 @@ import pytest
 
 from agentic_rl.data.synthetic import (
     arithmetic_corpus,
+    copy_corpus,
     generate_synthetic,
     multiplication_task,
     synthetic_splits,
@@ -154,6 +155,32 @@ def test_arithmetic_corpus_teaches_arithmetic_not_the_task_format():
                   if EQUATION.match(x) and EQUATION.match(y) and y.split()[0] == x.split()[-1])
     assert chained > 200
     assert "6 * 7 = 42" in set(arithmetic_corpus(20000, seed=1))
+
+
+def test_copy_corpus_lines_are_predictable_only_by_copying_earlier_numbers():
+    _, test = synthetic_splits(0, 200, seed=0, kind="multiplication")
+    excluded = [r["question"] for r in test]
+    lines = copy_corpus(2000, seed=0, exclude=excluded)
+    assert len(lines) == 2000 and lines == copy_corpus(2000, seed=0, exclude=excluded)
+    lists = [line for line in lines if " -> " in line]
+    problems = [line for line in lines if " -> " not in line]
+    assert len(problems) == 1000 and all(line.split(" -> ")[0] == line.split(" -> ")[1] for line in lists)
+    step = re.compile(r"(\d+)([-+*/])(\d+)=(\d+)")
+    multiplications = 0
+    for line in problems:
+        question, steps = line.rsplit("?", 1)
+        matches = [step.fullmatch(s) for s in steps.split()]
+        assert matches and all(matches), line
+        first, *rest = [m.groups() for m in matches]
+        # the first step's operands are numbers of the question; every later step starts from the previous result
+        assert first[0] in re.findall(r"\d+", question) and first[2] in re.findall(r"\d+", question), line
+        for (_, _, _, before), (a, op, b, c) in zip([first, *rest], rest):
+            assert a == before and _exact(int(a), op, int(b)) == int(c), line
+        multiplications += first[1] == "*" and len(first[0]) == 2 and len(first[2]) == 2
+    assert multiplications >= 500  # the multiplication task's questions are half of them
+    assert not {line.rsplit("?", 1)[0] + "?" for line in problems} & set(excluded)
+    with pytest.raises(ConfigError, match="problem_fraction"):
+        copy_corpus(10, problem_fraction=1.5)
 
 
 @pytest.mark.parametrize("knobs", [{"kind": "division"}, {"min_steps": 3, "max_steps": 2}, {"ops": ("%",)},

@@ -27,12 +27,15 @@ Try it: ``agentic-rl data preview --source synthetic`` / ``agentic-rl data stats
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
 from agentic_rl.errors import ConfigError, DataError
 
 OPS = ("+", "-", "*", "/")
+#: a step's calculator annotation ``<<39*83=3237>>``: (expression, value)
+_ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]+)>>")
 KINDS = ("arithmetic", "multiplication")
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -474,3 +477,36 @@ def arithmetic_corpus(n_lines: int, seed: int = 0, *, max_operand: int = 99, max
         n_math -= length
     rng.shuffle(blocks)
     return [line for block in blocks for line in block]
+
+
+def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 0.5,
+                exclude: Iterable[str] = ()) -> list[str]:
+    """Plain-text pretraining lines that can only be predicted by copying numbers seen earlier in the line.
+
+    * problems (``problem_fraction``): a word-problem question (the multiplication and the arithmetic task, half each;
+      never one in ``exclude``) followed by its steps as calculator expressions, each one built from numbers of the
+      question or from the previous result: ``A theatre has 39 rows with 83 seats in each row. 5 seats are removed.
+      How many are there in total? 39*83=3237 3237-5=3232``;
+    * lists: a list of 2-5 random numbers (1-4 digits), then the same list again after ``->``:
+      ``417 58 3092 -> 417 58 3092``.
+
+    The model has to look back and copy a number token by token (an induction head) — the skill that tool calls
+    need (question -> call arguments, tool result -> next call), learned here on cheap plain text instead of in SFT.
+    Deterministic by seed; exactly ``n_lines`` single-line strings.
+    """
+    if not 0 <= problem_fraction <= 1:
+        raise ConfigError("problem_fraction must be between 0 and 1")
+    rng = random.Random(f"agentic-rl-copy:{seed}")
+    n_problems = int(round(n_lines * problem_fraction))
+    n_mult = n_problems // 2
+    rows = generate_synthetic(n_mult, seed=seed + 5_555_555, kind="multiplication", max_steps=2, exclude=exclude)
+    rows += generate_synthetic(n_problems - n_mult, seed=seed + 6_666_666, exclude=exclude)
+    lines = []
+    for row in rows:
+        steps = [f"{expression.strip()}={value.strip()}" for expression, value in _ANNOTATION.findall(row["answer"])]
+        lines.append(f"{row['question']} {' '.join(steps)}")
+    for _ in range(n_lines - n_problems):
+        numbers = " ".join(str(rng.randint(0, 10 ** rng.randint(1, 4) - 1)) for _ in range(rng.randint(2, 5)))
+        lines.append(f"{numbers} -> {numbers}")
+    rng.shuffle(lines)
+    return lines

@@ -32,6 +32,9 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
 
+#: Pretraining corpora (``PretrainConfig.corpus``) and the share of copy lines in each.
+CORPORA = {"arithmetic": 0.0, "arithmetic+copy": 0.5}
+
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 PRETRAIN_OUTPUTS = ("checkpoints", "tokenizer", "model", "metrics.json", "log_history.json", "tensorboard")
 
@@ -42,6 +45,11 @@ class PretrainConfig:
                                                                    "is saved in <output_dir>/model"})
     seed: int = field(default=0, metadata={"help": "random seed (corpus, initialisation, data order)"})
     corpus_lines: int = field(default=40000, metadata={"help": "lines of synthetic pretraining text"})
+    corpus: str = field(default="arithmetic", metadata={
+        "help": "pretraining text: 'arithmetic' (facts, chains, question sentences) or 'arithmetic+copy' (half of "
+                "the lines replaced by copy lines: questions followed by their calculator expressions, repeated "
+                "number lists; for the agentic quickstart, whose tool calls copy numbers)",
+        "choices": list(CORPORA)})
     exclude_test: int = field(default=1000, metadata={
         "help": "keep the first N held-out synthetic test questions (data_seed) out of the corpus"})
     data_seed: int = field(default=0, metadata={"help": "seed of the synthetic task split whose test questions are "
@@ -73,6 +81,8 @@ class PretrainConfig:
     save_steps: int = field(default=0, metadata={"help": "save a checkpoint every N steps (0: only at the end)"})
 
     def __post_init__(self):
+        if self.corpus not in CORPORA:
+            raise ConfigError(f"corpus must be one of {', '.join(CORPORA)}; got {self.corpus!r}")
         check_range(self, "corpus_lines", 100)
         check_range(self, "seq_length", 16)
         check_range(self, "max_steps", 1, also=(-1,), meaning="-1 to train for `epochs`")
@@ -94,13 +104,21 @@ class PretrainConfig:
 
 def build_corpus(config: PretrainConfig) -> list[str]:
     """The pretraining lines (deterministic by seed), with the held-out test questions excluded."""
-    from agentic_rl.data.synthetic import arithmetic_corpus, synthetic_splits
+    from agentic_rl.data.synthetic import arithmetic_corpus, copy_corpus, synthetic_splits
 
     test_questions = []
+    copy_lines = int(round(config.corpus_lines * CORPORA[config.corpus]))
     if config.exclude_test:
         _, test = synthetic_splits(0, config.exclude_test, seed=config.data_seed)
         test_questions = [r["question"] for r in test]
-    return arithmetic_corpus(config.corpus_lines, config.seed, exclude=test_questions)
+        if copy_lines:  # the copy lines also hold multiplication questions: keep that task's test split out too
+            _, test = synthetic_splits(0, config.exclude_test, seed=config.data_seed, kind="multiplication")
+            test_questions += [r["question"] for r in test]
+    lines = arithmetic_corpus(config.corpus_lines - copy_lines, config.seed, exclude=test_questions)
+    if copy_lines:
+        lines += copy_corpus(copy_lines, config.seed, exclude=test_questions)
+        random.Random(config.seed).shuffle(lines)
+    return lines
 
 
 def pack_blocks(lines: list[str], tokenizer, seq_length: int) -> list[list[int]]:
