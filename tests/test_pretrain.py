@@ -22,18 +22,31 @@ def test_corpus_excludes_held_out_questions_and_has_no_task_format():
     assert sum(" = " in line for line in lines) > 1000  # mostly arithmetic
 
 
-def test_copy_corpus_option_adds_copy_lines_and_keeps_both_test_splits_out():
+def test_copy_corpus_option_adds_copy_lines_and_keeps_both_test_splits_out(monkeypatch):
+    from agentic_rl.data import synthetic
+    from agentic_rl.data.custom import load_task_dataset
     from agentic_rl.data.synthetic import arithmetic_corpus, synthetic_splits
 
     default = PretrainConfig(corpus_lines=2000, exclude_test=300)
     _, arithmetic_test = synthetic_splits(0, 300, seed=0)
     assert build_corpus(default) == arithmetic_corpus(2000, 0, exclude=[r["question"] for r in arithmetic_test])
+    excluded = {}
+    original = synthetic.copy_corpus
+
+    def recording(n, seed, exclude=()):
+        excluded["questions"] = set(exclude)
+        return original(n, seed, exclude=exclude)
+
+    monkeypatch.setattr(synthetic, "copy_corpus", recording)
     lines = build_corpus(PretrainConfig(corpus_lines=2000, exclude_test=300, corpus="arithmetic+copy"))
     assert len(lines) == 2000 and sum(" -> " in line for line in lines) == 500
-    _, multiplication_test = synthetic_splits(0, 300, seed=0, kind="multiplication")
+    # What is left out is exactly what the stages evaluate on (the same sources, task knobs and seed).
+    evaluated = {r["question"] for source in ("synthetic", "synthetic:multiplication")
+                 for r in load_task_dataset(source, "test", synthetic_test_size=300).to_list()}
+    assert evaluated <= excluded["questions"]
     questions = {line.rsplit("?", 1)[0] + "?" for line in lines if "?" in line}
     assert sum("*" in line and "?" in line for line in lines) >= 250
-    assert not questions & {r["question"] for r in multiplication_test + arithmetic_test}
+    assert not questions & evaluated
     with pytest.raises(ConfigError, match="corpus must be one of"):
         PretrainConfig(corpus="copy")
 

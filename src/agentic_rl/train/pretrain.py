@@ -104,21 +104,28 @@ class PretrainConfig:
 
 def build_corpus(config: PretrainConfig) -> list[str]:
     """The pretraining lines (deterministic by seed), with the held-out test questions excluded."""
-    from agentic_rl.data.synthetic import arithmetic_corpus, copy_corpus, synthetic_splits
+    from agentic_rl.data.synthetic import arithmetic_corpus, copy_corpus
 
     test_questions = []
     copy_lines = int(round(config.corpus_lines * CORPORA[config.corpus]))
     if config.exclude_test:
-        _, test = synthetic_splits(0, config.exclude_test, seed=config.data_seed)
-        test_questions = [r["question"] for r in test]
-        if copy_lines:  # the copy lines also hold multiplication questions: keep that task's test split out too
-            _, test = synthetic_splits(0, config.exclude_test, seed=config.data_seed, kind="multiplication")
-            test_questions += [r["question"] for r in test]
+        test_questions = evaluation_questions("synthetic", config.exclude_test, config.data_seed)
+        if copy_lines:  # the copy lines also hold multiplication problems: keep that task's test split out too
+            test_questions += evaluation_questions("synthetic:multiplication", config.exclude_test, config.data_seed)
     lines = arithmetic_corpus(config.corpus_lines - copy_lines, config.seed, exclude=test_questions)
     if copy_lines:
         lines += copy_corpus(copy_lines, config.seed, exclude=test_questions)
         random.Random(config.seed).shuffle(lines)
     return lines
+
+
+def evaluation_questions(source: str, n: int, data_seed: int) -> list[str]:
+    """The first ``n`` test questions of a synthetic source exactly as the stages load them (same task knobs, same
+    seed), so that what pretraining leaves out is what evaluation asks."""
+    from agentic_rl.data.custom import load_task_dataset
+
+    rows = load_task_dataset(source, "test", synthetic_seed=data_seed, synthetic_test_size=n).to_list()
+    return [r["question"] for r in rows]
 
 
 def pack_blocks(lines: list[str], tokenizer, seq_length: int) -> list[list[int]]:
