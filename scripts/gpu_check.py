@@ -213,10 +213,11 @@ def check_sft(model_dir: Path, out: Path, args) -> dict:
 
     # dtype auto: bf16 weights and bf16 training on a GPU that supports it
     cfg = stage_config(SFTConfig, dict(model=str(model_dir), dataset="synthetic", output_dir=str(out / "sft"),
-                                       max_steps=args.sft_steps, batch_size=args.sft_batch_size, grad_accum=1,
+                                       max_steps=args.sft_steps, batch_size=args.sft_batch_size,
+                                       gradient_accumulation_steps=1,
                                        max_samples=args.sft_steps * args.sft_batch_size, dtype="auto",
                                        lora_r=16, lora_alpha=32, lora_mlp=True, max_length=512, save_steps=10_000,
-                                       report_to="none", logging_steps=1, seed=0))
+                                       report_to=["none"], logging_steps=1, seed=0))
     _reset_peak()
     timer = step_timer()
     result, wall = run_stage(run, cfg, timer)

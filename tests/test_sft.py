@@ -105,8 +105,8 @@ def test_lora_flag_decides_what_is_trained(tiny_model_dir):
     assert all(p.requires_grad for p in full_model.parameters())
     assert not any("lora_" in n for n, _ in full_model.named_parameters())
 
-    with pytest.raises(ConfigError, match="lora_target"):
-        prepare_model(SFTConfig(model=str(tiny_model_dir), lora_target=["c_attn"]))
+    with pytest.raises(ConfigError, match="lora_target_modules"):
+        prepare_model(SFTConfig(model=str(tiny_model_dir), lora_target_modules=["c_attn"]))
 
 
 def test_full_run_trains_every_weight(tiny_model_dir, tmp_path):
@@ -160,10 +160,10 @@ def test_config_validation_and_flags():
         load_config(SFTConfig, overrides={"lora_rank": 4})
     from agentic_rl.cli import build_parser
 
-    args = build_parser(only="sft").parse_args(["sft", "--full", "--lora-target", "q_proj,v_proj", "--resume",
+    args = build_parser(only="sft").parse_args(["sft", "--full", "--lora-target-modules", "q_proj,v_proj", "--resume",
                                                   "--learning-rate", "1e-3"])
     cfg = config_from_args(SFTConfig, args)
-    assert cfg.full and cfg.resume and cfg.lora_target == ["q_proj", "v_proj"] and cfg.learning_rate == 1e-3
+    assert cfg.full and cfg.resume and cfg.lora_target_modules == ["q_proj", "v_proj"] and cfg.learning_rate == 1e-3
     assert SFTConfig(lora_mlp=True).target_modules[-3:] == ["gate_proj", "up_proj", "down_proj"]
 
 

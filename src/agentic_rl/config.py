@@ -15,6 +15,11 @@ Every stage module defines a ``@dataclass`` config whose fields carry a ``help``
 Field metadata understood here: ``help`` (required for a good ``--help``), ``flag`` (the CLI name when it differs
 from the field name, e.g. ``reward`` for a ``rewards`` list), ``positional`` (a positional CLI argument),
 ``choices`` (allowed values).
+
+One concept has one name in every stage, TRL's where TRL has one (``gradient_accumulation_steps``,
+``lr_scheduler_type``, ``lora_target_modules``). A name we used before is listed in :data:`RENAMED`: given in YAML, a
+flag or a Python dict it is a one-line "renamed to" error, not an unknown key. A list setting (``report_to``) given
+as one string, in YAML as on the command line, is a comma list (``report_to: none`` is ``["none"]``).
 """
 
 from __future__ import annotations
@@ -34,6 +39,42 @@ import yaml
 from agentic_rl.errors import ConfigError
 
 T = TypeVar("T")
+
+#: Old setting name -> the name every stage uses now (TRL's). Used by every YAML/dict reader and by the flag parser.
+RENAMED: dict[str, str] = {
+    "grad_accum": "gradient_accumulation_steps",
+    "lr_scheduler": "lr_scheduler_type",
+    "lora_target": "lora_target_modules",
+}
+#: Setting -> values it no longer takes, with what to give instead.
+RETIRED_VALUES: dict[str, tuple[tuple[str, ...], str]] = {
+    "gradient_checkpointing": (("auto", "on", "off"), "use true, false or null (null: the stage's automatic default)"),
+}
+
+
+REPORT_BACKENDS = ("tensorboard", "wandb", "none")
+
+
+def report_to_list(value: str | list[str] | None) -> list[str]:
+    """``report_to`` as every stage keeps it, a list of backends (a string from Python is a comma list too).
+
+    >>> report_to_list("tensorboard, wandb")
+    ['tensorboard', 'wandb']
+    """
+    items = value if isinstance(value, (list, tuple)) else str(value or "none").split(",")
+    names = [str(s).strip().lower() for s in items if str(s).strip()]
+    bad = [n for n in names if n not in REPORT_BACKENDS]
+    if bad:
+        raise ConfigError(f"report_to '{bad[0]}' is not supported; use tensorboard, wandb or none "
+                          f"(comma-separated for several)")
+    return names or ["none"]
+
+
+def check_retired_value(key: str, value: Any) -> None:
+    """A one-line :class:`ConfigError` for a value a setting no longer takes (``gradient_checkpointing: auto``)."""
+    retired = RETIRED_VALUES.get(key)
+    if retired and isinstance(value, str) and value.strip().lower() in retired[0]:
+        raise ConfigError(f"{key}: '{value}' is no longer a value; {retired[1]}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -60,6 +101,7 @@ def _type_name(tp: Any) -> str:
 
 def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
     """Check (and, for CLI strings, convert) ``value`` against the annotation ``tp``."""
+    check_retired_value(key, value)
     inner, optional = _unwrap_optional(tp)
     if value is None or (from_string and optional and str(value).lower() in ("none", "null")):
         if optional:
@@ -68,8 +110,8 @@ def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
     origin = typing.get_origin(inner)
     if origin is list:
         (item_tp,) = typing.get_args(inner) or (str,)
-        if from_string and isinstance(value, str):
-            value = [v for v in value.split(",") if v != ""]
+        if isinstance(value, str):  # a flag, or one value in YAML: a comma list ("none" -> ["none"])
+            value = [v.strip() for v in value.split(",") if v.strip() != ""]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config key '{key}' must be a list, got {type(value).__name__} {value!r}")
         return [_coerce(f"{key}[{i}]", v, item_tp, from_string) for i, v in enumerate(value)]
@@ -148,6 +190,9 @@ def _fields(cls: type) -> dict[str, dataclasses.Field]:
 
 
 def _unknown_key_error(key: str, known: list[str], where: str) -> ConfigError:
+    new = RENAMED.get(key.replace("-", "_"))
+    if new in known:
+        return ConfigError(f"'{key}' was renamed to '{new}' (in {where})")
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return ConfigError(f"unknown config key '{key}' in {where}{hint}")
@@ -182,7 +227,7 @@ def check_range(config: Any, names: str | tuple[str, ...], low: float | None = N
 
         check_range(self, "learning_rate", 0, low_open=True)                 # > 0
         check_range(self, "warmup_ratio", 0, 1)                              # in [0, 1]
-        check_range(self, ("batch_size", "grad_accum"), 1)                   # >= 1
+        check_range(self, ("batch_size", "gradient_accumulation_steps"), 1)  # >= 1
         check_range(self, "max_steps", 1, also=(-1,), meaning="-1: train for `epochs`")
     """
     for name in (names,) if isinstance(names, str) else names:
@@ -334,9 +379,21 @@ def format_config(config: Any, title: str | None = None) -> str:
     return "\n".join(lines)
 
 
+class _RenamedFlag(argparse.Action):
+    """A hidden flag under an old name (``--grad-accum``): a one-line "renamed to" error instead of argparse's."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise ConfigError(f"'{option_string}' was renamed to '--{RENAMED[self.dest].replace('_', '-')}'")
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """One CLI flag per config field. Defaults are suppressed so that only flags the user gives override YAML."""
-    for name, f in _fields(cls).items():
+    fields = _fields(cls)
+    for old, new in RENAMED.items():  # registered exactly, so argparse does not read --lr-scheduler as an abbreviation
+        if new in fields and old not in fields:
+            parser.add_argument(f"--{old.replace('_', '-')}", f"--{old}", dest=old, nargs="?", action=_RenamedFlag,
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    for name, f in fields.items():
         help_text = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]

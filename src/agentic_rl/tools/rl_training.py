@@ -606,7 +606,7 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             backends = [b for b, on in (("tensorboard", _flag(params, "use_tensorboard", defaults["use_tensorboard"])),
                                         ("wandb", _flag(params, "use_wandb", defaults["use_wandb"]))) if on]
             backends = backends or ["none"]
-            params["report_to"] = ",".join(backends) if algorithm == "sft" else backends
+            params["report_to"] = backends
         project = params.pop("wandb_project", None)
         if project is not None:
             if not isinstance(project, str) or not project.strip():

@@ -109,7 +109,8 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, format_config, save_config, setting
+from agentic_rl.config import (SEED_RANGE, check_range, check_retired_value, config_to_dict, format_config,
+                               report_to_list, save_config, setting)
 from agentic_rl.errors import ConfigError
 from agentic_rl.models.fingerprint import weights_fingerprint, write_base_fingerprint
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
@@ -190,7 +191,7 @@ class GRPOConfig(EnvironmentSettings):
     warmup_ratio: float = setting(0.0, "fraction of max_steps spent in linear learning-rate warm-up (0..1)")
     weight_decay: float = setting(0.0, "AdamW weight decay")
     max_grad_norm: float = setting(1.0, "gradient clipping norm")
-    gradient_checkpointing: bool | None = setting(None, "recompute activations to save memory (default: on with a GPU)")
+    gradient_checkpointing: bool | None = setting(None, "recompute activations to save memory (unset: on with a GPU)")
     bf16: bool | None = setting(None, "bfloat16 mixed precision (default: on where the GPU supports it)")
 
     # --- GRPO -----------------------------------------------------------------------------------------------------
@@ -274,6 +275,7 @@ class GRPOConfig(EnvironmentSettings):
                 setattr(self, name, value)
         if self.learning_rate is None:
             self.learning_rate = preset["full_learning_rate"] if self.full else preset["learning_rate"]
+        check_retired_value("gradient_checkpointing", self.gradient_checkpointing)  # "auto" from Python
         if self.gradient_checkpointing is None:
             self.gradient_checkpointing = has_gpu()
         if self.bf16 is None:
@@ -326,9 +328,7 @@ class GRPOConfig(EnvironmentSettings):
                 f"of {gen}")
         if not self.rewards:
             raise ConfigError("at least one reward is needed, e.g. --reward accuracy:1.0")
-        bad = [b for b in self.report_to if b not in ("tensorboard", "wandb", "none")]
-        if bad:
-            raise ConfigError(f"report_to: unknown backend {bad[0]!r}; use tensorboard, wandb or none")
+        self.report_to = report_to_list(self.report_to)
         if self.use_vllm and not has_gpu():
             raise ConfigError("use_vllm needs a CUDA GPU; drop --use-vllm on CPU")
         check_signal_settings(self.refill_max_draws, self.select_pass_rate_low, self.select_pass_rate_high)

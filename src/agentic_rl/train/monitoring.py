@@ -40,12 +40,12 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
+from agentic_rl.config import report_to_list
 from agentic_rl.errors import ConfigError, TrainingError
 from agentic_rl.utils import warn
 
 Rule = Callable[[list[dict[str, Any]], dict[str, Any]], "str | None"]
 
-REPORT_BACKENDS = ("tensorboard", "wandb", "none")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -244,13 +244,7 @@ def resolve_report_to(report_to: str | list[str] | None, run_dir: str | Path | N
     wandb runs offline unless ``WANDB_API_KEY`` is set or ``WANDB_MODE`` is set explicitly; its files go to
     ``<run>/wandb``. Returns the list for ``TrainingArguments.report_to`` (``["none"]`` for no backend).
     """
-    items = report_to if isinstance(report_to, list) else str(report_to or "none").split(",")
-    names = [s.strip().lower() for s in items if s.strip()]
-    bad = [n for n in names if n not in REPORT_BACKENDS]
-    if bad:
-        raise ConfigError(f"report_to '{bad[0]}' is not supported; use tensorboard, wandb or none "
-                          f"(comma-separated for several)")
-    names = [n for n in dict.fromkeys(names) if n != "none"]
+    names = [n for n in dict.fromkeys(report_to_list(report_to)) if n != "none"]
     if "tensorboard" in names:
         try:
             import tensorboard  # noqa: F401

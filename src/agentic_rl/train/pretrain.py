@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentic_rl.config import SEED_RANGE, check_range, format_config, save_config
+from agentic_rl.config import SEED_RANGE, check_range, format_config, report_to_list, save_config
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
@@ -66,12 +66,13 @@ class PretrainConfig:
     batch_size: int = field(default=32, metadata={"help": "blocks per optimizer step"})
     learning_rate: float = field(default=3e-3, metadata={"help": "peak AdamW learning rate"})
     warmup_ratio: float = field(default=0.05, metadata={"help": "share of steps for linear warm-up"})
-    lr_scheduler: str = field(default="cosine", metadata={"help": "decay after warm-up",
-                                                          "choices": ["cosine", "linear", "constant_with_warmup"]})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "decay after warm-up",
+                                                               "choices": ["cosine", "linear", "constant_with_warmup"]})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
     eval_fraction: float = field(default=0.02, metadata={"help": "share of blocks held out for the eval loss"})
     logging_steps: int = field(default=10, metadata={"help": "log loss / grad norm / lr every N steps"})
-    report_to: str = field(default="tensorboard", metadata={"help": "tensorboard, wandb, none (comma list)"})
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"], metadata={
+        "help": "metric backends: tensorboard, wandb (offline works), none (comma list)"})
     resume: bool = field(default=False, metadata={
         "help": "continue from the last complete checkpoint in the run directory (same settings only; max_steps may "
                 "grow)"})
@@ -83,6 +84,7 @@ class PretrainConfig:
     def __post_init__(self):
         if self.corpus not in CORPORA:
             raise ConfigError(f"corpus must be one of {', '.join(CORPORA)}; got {self.corpus!r}")
+        self.report_to = report_to_list(self.report_to)
         check_range(self, "corpus_lines", 100)
         check_range(self, "seq_length", 16)
         check_range(self, "max_steps", 1, also=(-1,), meaning="-1 to train for `epochs`")
@@ -253,7 +255,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         per_device_eval_batch_size=config.batch_size,
         learning_rate=config.learning_rate,
         warmup_steps=config.warmup_ratio,
-        lr_scheduler_type=config.lr_scheduler,
+        lr_scheduler_type=config.lr_scheduler_type,
         weight_decay=config.weight_decay,
         max_grad_norm=1.0,
         logging_steps=config.logging_steps,

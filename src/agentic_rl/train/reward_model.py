@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import SEED_RANGE, check_range, format_config, save_config, setting
+from agentic_rl.config import SEED_RANGE, check_range, format_config, report_to_list, save_config, setting
 from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, read_jsonl, set_seed, supports_bf16, write_json
@@ -69,7 +69,8 @@ class RewardModelConfig:
     center_rewards_coefficient: float | None = setting(None, "pull rewards towards mean 0 (TRL's centering term; "
                                                         "0.01 is the paper's value; unset = off)")
     score_batch_size: int = setting(32, "sequences per forward pass when scoring held-out pairs")
-    report_to: str = setting("tensorboard", "tensorboard, wandb (offline works), none")
+    report_to: list[str] = setting(["tensorboard"], "metric backends: tensorboard, wandb (offline works), none "
+                                   "(comma list)")
     logging_steps: int = setting(10, "log loss / accuracy / margin every N steps")
     save_steps: int = setting(500, "checkpoint every N steps")
     save_total_limit: int = setting(1, "keep at most N checkpoints")
@@ -78,6 +79,7 @@ class RewardModelConfig:
                               "directory is an error)")
 
     def __post_init__(self) -> None:
+        self.report_to = report_to_list(self.report_to)
         check_range(self, "heldout_fraction", 0, 0.5)
         check_range(self, "max_steps", 1, also=(-1,), meaning="-1 to train for `epochs`")
         check_range(self, ("learning_rate", "epochs"), 0, low_open=True)

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import SEED_RANGE, check_range, format_config, save_config
+from agentic_rl.config import SEED_RANGE, check_range, check_retired_value, format_config, report_to_list, save_config
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
@@ -78,16 +78,16 @@ class SFTConfig(EnvironmentSettings):
     lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (the update is scaled by alpha / r)"})
     lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input"})
-    lora_target: list[str] = field(default_factory=lambda: list(ATTENTION_TARGETS), metadata={
+    lora_target_modules: list[str] = field(default_factory=lambda: list(ATTENTION_TARGETS), metadata={
         "help": "modules that get LoRA adapters (comma list)"})
     lora_mlp: bool = field(default=False, metadata={"help": "also adapt the MLP (gate_proj, up_proj, down_proj)"})
     learning_rate: float = field(default=2e-4, metadata={"help": "peak learning rate"})
     epochs: float = field(default=1.0, metadata={"help": "passes over the data (when max_steps is -1)"})
     max_steps: int = field(default=-1, metadata={"help": "optimizer steps; -1: use epochs"})
     batch_size: int = field(default=16, metadata={"help": "rows per device per forward pass"})
-    grad_accum: int = field(default=1, metadata={"help": "gradient accumulation steps"})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-steps per optimizer step"})
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of steps for linear warm-up"})
-    lr_scheduler: str = field(default="linear", metadata={
+    lr_scheduler_type: str = field(default="linear", metadata={
         "help": "decay after warm-up (linear to 0 is the Hello-Agents book's schedule)",
         "choices": ["linear", "cosine", "constant_with_warmup"]})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
@@ -108,10 +108,10 @@ class SFTConfig(EnvironmentSettings):
     enable_thinking: bool = field(default=False, metadata={"help": "Qwen3 thinking blocks in the chat template"})
     dtype: str = field(default="auto", metadata={"help": "weights dtype: auto (bf16 on GPU, fp32 on CPU), "
                                                          "float32, bfloat16, float16"})
-    gradient_checkpointing: str = field(default="auto", metadata={
-        "help": "activation checkpointing: auto (on for GPU models > 100M parameters), on, off",
-        "choices": ["auto", "on", "off"]})
-    report_to: str = field(default="tensorboard", metadata={"help": "tensorboard, wandb (offline works), none"})
+    gradient_checkpointing: bool | None = field(default=None, metadata={
+        "help": "recompute activations to save memory (unset: on for GPU models > 100M parameters)"})
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"], metadata={
+        "help": "metric backends: tensorboard, wandb (offline works), none (comma list)"})
     logging_steps: int = field(default=10, metadata={"help": "log loss / grad norm / lr every N steps"})
     save_steps: int = field(default=100, metadata={"help": "checkpoint every N steps (for --resume)"})
     save_total_limit: int = field(default=2, metadata={"help": "keep at most N checkpoints"})
@@ -125,6 +125,8 @@ class SFTConfig(EnvironmentSettings):
     trust_remote_code: bool = field(default=False, metadata={"help": "allow custom model code from the Hub"})
 
     def __post_init__(self):
+        check_retired_value("gradient_checkpointing", self.gradient_checkpointing)  # "auto" from Python
+        self.report_to = report_to_list(self.report_to)
         check_range(self, ("answer_only_fraction", "answer_first_fraction", "warmup_ratio", "direct_fraction",
                            "skip_tool_fraction"), 0, 1)
         self.check_environment_settings()
@@ -147,8 +149,8 @@ class SFTConfig(EnvironmentSettings):
         if not self.full:
             check_range(self, ("lora_r", "lora_alpha"), 1)
         check_range(self, "lora_dropout", 0, 1, high_open=True)
-        check_range(self, ("batch_size", "grad_accum", "save_steps", "save_total_limit", "logging_steps",
-                           "max_samples", "synthetic_train_size"), 1)
+        check_range(self, ("batch_size", "gradient_accumulation_steps", "save_steps", "save_total_limit",
+                           "logging_steps", "max_samples", "synthetic_train_size"), 1)
         check_range(self, "synthetic_test_size", 0)
         check_range(self, "max_length", 16)
         check_range(self, ("weight_decay", "max_grad_norm"), 0)  # max_grad_norm 0: no clipping
@@ -156,7 +158,7 @@ class SFTConfig(EnvironmentSettings):
 
     @property
     def target_modules(self) -> list[str]:
-        targets = list(dict.fromkeys(self.lora_target + (MLP_TARGETS if self.lora_mlp else [])))
+        targets = list(dict.fromkeys(self.lora_target_modules + (MLP_TARGETS if self.lora_mlp else [])))
         return targets
 
 
@@ -267,7 +269,7 @@ def prepare_model(config: SFTConfig):
         return model, tokenizer
     if isinstance(model, PeftModel):
         log(f"continuing the LoRA adapter in {config.model}")
-        warn("lora_r / lora_alpha / lora_dropout / lora_target / lora_mlp come from that adapter's "
+        warn("lora_r / lora_alpha / lora_dropout / lora_target_modules / lora_mlp come from that adapter's "
              "adapter_config.json; the values in this config do not apply (use --full, or start from its base)")
         recorded = read_base_fingerprint(source)
         model.agentic_rl_base = (recorded, recorded.get("base_model")) if recorded else None
@@ -276,7 +278,7 @@ def prepare_model(config: SFTConfig):
     names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
     missing = [t for t in config.target_modules if t not in names]
     if missing:
-        raise ConfigError(f"lora_target {missing} not found in the model; its linear layers include "
+        raise ConfigError(f"lora_target_modules {missing} not found in the model; its linear layers include "
                           f"{', '.join(sorted(n for n in names if n.endswith('proj')))}")
     lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                       target_modules=config.target_modules, task_type="CAUSAL_LM", bias="none")
@@ -292,18 +294,17 @@ def trainer_arguments(config: SFTConfig, out: Path, report_to: list[str], n_para
     import trl
 
     gpu = has_gpu()
-    if config.gradient_checkpointing == "auto":
+    checkpointing = config.gradient_checkpointing
+    if checkpointing is None:
         checkpointing = gpu and n_params > 100_000_000
-    else:
-        checkpointing = config.gradient_checkpointing == "on"
     return trl.SFTConfig(
         output_dir=str(out / "checkpoints"),
         max_steps=config.max_steps,
         num_train_epochs=config.epochs,
         per_device_train_batch_size=config.batch_size,
-        gradient_accumulation_steps=config.grad_accum,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
         learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_scheduler,
+        lr_scheduler_type=config.lr_scheduler_type,
         warmup_steps=config.warmup_ratio,  # a float < 1 is a share of the total steps
         weight_decay=config.weight_decay,
         max_grad_norm=config.max_grad_norm,
@@ -396,9 +397,10 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     log(f"sft resolved: {'full fine-tuning' if config.full else f'LoRA r={config.lora_r} alpha={config.lora_alpha} on ' + ','.join(config.target_modules)}; "
         f"trainable {n_train:,} of {n_total:,} parameters ({n_train / max(n_total, 1):.2%}); device {device.type}, "
         f"dtype {next(model.parameters()).dtype}, bf16 {args.bf16}, activation checkpointing "
-        f"{args.activation_checkpointing}; {len(dataset)} rows, batch {config.batch_size} x accum {config.grad_accum}, "
+        f"{args.activation_checkpointing}; {len(dataset)} rows, batch {config.batch_size} x accum "
+        f"{config.gradient_accumulation_steps}, "
         f"{'steps ' + str(steps) if steps else f'epochs {config.epochs:g}'}, lr {config.learning_rate:g} "
-        f"({config.lr_scheduler}, warm-up {config.warmup_ratio:.0%})")
+        f"({config.lr_scheduler_type}, warm-up {config.warmup_ratio:.0%})")
 
     train_out = trainer.train(resume_from_checkpoint=resume_from)
 

@@ -1,0 +1,177 @@
+"""One concept, one name: every stage config and every shipped YAML uses TRL's name for a concept TRL names.
+
+The table below is the vocabulary: concept -> (the one name, other names the same concept has gone by). A config
+field or a YAML key under another name, or ``report_to`` / ``gradient_checkpointing`` with a different type in some
+stage, fails here. Old names give a one-line "renamed to" error wherever settings are read (YAML, flags, dicts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentic_rl.cli import COMMANDS, build_parser, main
+from agentic_rl.config import RENAMED, config_from_args, config_from_dict, load_config
+from agentic_rl.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED_YAML = sorted(p for d in (REPO / "configs", REPO / "src" / "agentic_rl" / "configs") for p in d.glob("*.yaml"))
+
+# concept -> (the name every config uses, names the same concept must not appear under)
+VOCABULARY: dict[str, tuple[str, set[str]]] = {
+    "gradient accumulation": ("gradient_accumulation_steps",
+                              {"grad_accum", "gradient_accumulation", "grad_accum_steps", "accumulation_steps"}),
+    "learning-rate schedule": ("lr_scheduler_type", {"lr_scheduler", "scheduler", "lr_schedule", "scheduler_type"}),
+    "LoRA target modules": ("lora_target_modules", {"lora_target", "lora_targets", "target_modules"}),
+    "metric backends": ("report_to", {"report", "log_with", "loggers", "logging_backend"}),
+    "gradient checkpointing": ("gradient_checkpointing",
+                               {"activation_checkpointing", "grad_checkpointing", "checkpoint_activations"}),
+}
+# name -> the one type it has in every config that has it
+TYPES: dict[str, typing.Any] = {"report_to": list[str], "gradient_checkpointing": bool | None}
+
+
+def _stage_configs() -> dict[str, type]:
+    classes = {}
+    for command, (module, cls_name, _, _) in COMMANDS.items():
+        classes[command] = getattr(importlib.import_module(module), cls_name)
+    return classes
+
+
+def _field_types(cls: type) -> dict[str, typing.Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _yaml_keys(data, path=""):
+    """Every (dotted path, key, value) of a YAML mapping, nested sections included."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield f"{path}{key}", str(key), value
+            yield from _yaml_keys(value, f"{path}{key}.")
+
+
+def test_the_table_covers_every_renamed_key():
+    names = {name for name, _ in VOCABULARY.values()}
+    others = set().union(*(old for _, old in VOCABULARY.values()))
+    assert set(RENAMED.values()) <= names and set(RENAMED) <= others
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_stage_config_uses_one_name_per_concept(command):
+    types = _field_types(_stage_configs()[command])
+    for concept, (name, other_names) in VOCABULARY.items():
+        under_other = sorted(set(types) & other_names)
+        assert not under_other, f"{command}: {concept} is called {under_other}, not {name!r}"
+    for name, tp in TYPES.items():
+        if name in types:
+            assert types[name] == tp, f"{command}: {name} is {types[name]}, every stage has {tp}"
+
+
+def test_the_training_stages_share_the_vocabulary():
+    configs = _stage_configs()
+    for command in ("sft", "grpo", "reward-model"):
+        names = set(_field_types(configs[command]))
+        assert {"gradient_accumulation_steps", "lora_target_modules", "report_to"} <= names
+    for command in ("pretrain", "sft", "grpo"):
+        assert "lr_scheduler_type" in _field_types(configs[command])
+    for command in ("sft", "grpo"):
+        assert "gradient_checkpointing" in _field_types(configs[command])
+
+
+@pytest.mark.parametrize("path", SHIPPED_YAML, ids=[str(p.relative_to(REPO)) for p in SHIPPED_YAML])
+def test_shipped_yaml_uses_one_name_per_concept(path):
+    data = yaml.safe_load(path.read_text())
+    for where, key, value in _yaml_keys(data):
+        for concept, (name, other_names) in VOCABULARY.items():
+            assert key not in other_names, f"{path.name}: {where} names {concept}; call it {name!r}"
+        if key == "gradient_checkpointing":
+            assert value is None or isinstance(value, bool), f"{path.name}: {where} must be true, false or null"
+        if key == "report_to":
+            assert isinstance(value, list), f"{path.name}: {where} should be a list, as in every stage"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Old names and values: one-line errors that say the new one
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("old,new", list(RENAMED.items()))
+def test_renamed_key_in_a_dict(old, new):
+    from agentic_rl.train.sft import SFTConfig
+
+    with pytest.raises(ConfigError, match=rf"^'{old}' was renamed to '{new}' \(in sft\)$"):
+        config_from_dict(SFTConfig, {old: ["q_proj"] if old == "lora_target" else 2}, where="sft")
+
+
+def test_renamed_key_in_yaml_and_in_a_pipeline_section(tmp_path):
+    from agentic_rl.pipeline import _check_sections, load_pipeline_config
+    from agentic_rl.train.pretrain import PretrainConfig
+
+    stage_file = tmp_path / "pretrain.yaml"
+    stage_file.write_text("lr_scheduler: linear\n")
+    with pytest.raises(ConfigError, match="'lr_scheduler' was renamed to 'lr_scheduler_type'"):
+        load_config(PretrainConfig, stage_file)
+    pipeline_file = tmp_path / "pipeline.yaml"
+    pipeline_file.write_text("model: m\nstages: [sft]\nsft:\n  grad_accum: 2\n")
+    with pytest.raises(ConfigError, match="'grad_accum' was renamed to 'gradient_accumulation_steps'"):
+        _check_sections(load_pipeline_config(pipeline_file), tmp_path / "runs")
+
+
+@pytest.mark.parametrize("flag,new", [("--grad-accum", "--gradient-accumulation-steps"),
+                                      ("--lr-scheduler", "--lr-scheduler-type"),  # not an abbreviation of the new
+                                      ("--lora_target", "--lora-target-modules")])
+def test_renamed_flag_is_a_one_line_error(flag, new, capsys):
+    assert main(["sft", flag, "2"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: '{flag}' was renamed to '{new}'\n"
+
+
+@pytest.mark.parametrize("value", ["auto", "on", "off"])
+def test_old_gradient_checkpointing_values_say_what_to_use(value, tmp_path):
+    from agentic_rl.train.grpo import GRPOConfig
+    from agentic_rl.train.sft import SFTConfig
+
+    with pytest.raises(ConfigError, match=r"use true, false or null"):  # the rl_training tool's strings ("on" too)
+        config_from_dict(SFTConfig, {"gradient_checkpointing": value}, from_string=True)
+    with pytest.raises(ConfigError, match=r"use true, false or null"):
+        SFTConfig(gradient_checkpointing=value)
+    with pytest.raises(ConfigError, match=r"use true, false or null"):
+        GRPOConfig(gradient_checkpointing=value)
+    path = tmp_path / "sft.yaml"
+    path.write_text("gradient_checkpointing: auto\n")
+    with pytest.raises(ConfigError, match=r"^gradient_checkpointing: 'auto' is no longer a value; use true, false "):
+        load_config(SFTConfig, path)
+
+
+def test_gradient_checkpointing_is_a_bool_or_unset(tmp_path):
+    from agentic_rl.train.sft import SFTConfig, trainer_arguments
+
+    path = tmp_path / "sft.yaml"
+    path.write_text("gradient_checkpointing: true\n")
+    assert load_config(SFTConfig, path).gradient_checkpointing is True
+    args = build_parser(only="sft").parse_args(["sft", "--no-gradient-checkpointing"])
+    assert config_from_args(SFTConfig, args).gradient_checkpointing is False
+    assert SFTConfig().gradient_checkpointing is None
+    on = trainer_arguments(SFTConfig(gradient_checkpointing=True, report_to=["none"]), tmp_path, ["none"], 1000)
+    auto = trainer_arguments(SFTConfig(report_to=["none"]), tmp_path, ["none"], 1000)  # CPU, small: off
+    assert on.activation_checkpointing is True and auto.activation_checkpointing is False
+
+
+@pytest.mark.parametrize("command", ["pretrain", "sft", "grpo", "reward-model"])
+def test_report_to_is_a_list_from_yaml_flags_and_python(command, tmp_path):
+    cls = _stage_configs()[command]
+    path = tmp_path / "stage.yaml"
+    path.write_text("report_to: none\n")
+    assert load_config(cls, path).report_to == ["none"]
+    args = build_parser(only=command).parse_args([command, "--report-to", "tensorboard,wandb"])
+    assert config_from_args(cls, args).report_to == ["tensorboard", "wandb"]
+    assert config_from_dict(cls, {"report_to": ["wandb"]}).report_to == ["wandb"]
+    assert cls(report_to="none").report_to == ["none"]
+    assert cls().report_to == ["tensorboard"]
+    with pytest.raises(ConfigError, match="report_to 'mlflow' is not supported"):
+        config_from_dict(cls, {"report_to": "tensorboard,mlflow"})
