@@ -175,3 +175,13 @@ def test_report_to_is_a_list_from_yaml_flags_and_python(command, tmp_path):
     assert cls().report_to == ["tensorboard"]
     with pytest.raises(ConfigError, match="report_to 'mlflow' is not supported"):
         config_from_dict(cls, {"report_to": "tensorboard,mlflow"})
+
+
+def test_a_reward_spec_with_commas_given_as_one_yaml_string_stays_one_reward():
+    from agentic_rl.config import config_from_dict
+    from agentic_rl.train.grpo import GRPOConfig
+
+    spec = "length(alpha=0.01, target_length=0):0.5"
+    assert config_from_dict(GRPOConfig, {"model": "m", "rewards": spec}).rewards == [spec]
+    assert config_from_dict(GRPOConfig, {"model": "m", "report_to": "tensorboard,wandb"}).report_to == [
+        "tensorboard", "wandb"]

@@ -18,8 +18,9 @@ from the field name, e.g. ``reward`` for a ``rewards`` list), ``positional`` (a 
 
 One concept has one name in every stage, TRL's where TRL has one (``gradient_accumulation_steps``,
 ``lr_scheduler_type``, ``lora_target_modules``). A name we used before is listed in :data:`RENAMED`: given in YAML, a
-flag or a Python dict it is a one-line "renamed to" error, not an unknown key. A list setting (``report_to``) given
-as one string, in YAML as on the command line, is a comma list (``report_to: none`` is ``["none"]``).
+flag or a Python dict it is a one-line "renamed to" error, not an unknown key. A list setting given as one string is
+a comma list on the command line and a one-item list in YAML (``report_to: none`` is ``["none"]``; ``report_to``
+itself also splits ``"tensorboard,wandb"``).
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ def report_to_list(value: str | list[str] | None) -> list[str]:
     >>> report_to_list("tensorboard, wandb")
     ['tensorboard', 'wandb']
     """
-    items = value if isinstance(value, (list, tuple)) else str(value or "none").split(",")
-    names = [str(s).strip().lower() for s in items if str(s).strip()]
+    items = value if isinstance(value, (list, tuple)) else [str(value or "none")]
+    names = [part.strip().lower() for item in items for part in str(item).split(",") if part.strip()]
     bad = [n for n in names if n not in REPORT_BACKENDS]
     if bad:
         raise ConfigError(f"report_to '{bad[0]}' is not supported; use tensorboard, wandb or none "
@@ -110,8 +111,10 @@ def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
     origin = typing.get_origin(inner)
     if origin is list:
         (item_tp,) = typing.get_args(inner) or (str,)
-        if isinstance(value, str):  # a flag, or one value in YAML: a comma list ("none" -> ["none"])
+        if from_string and isinstance(value, str):  # a flag: a comma list
             value = [v.strip() for v in value.split(",") if v.strip() != ""]
+        elif isinstance(value, str):  # one value in YAML or Python: a one-item list ("none" -> ["none"]); not split,
+            value = [value]  # since a reward spec such as "length(alpha=0.01, floor=0):0.5" holds commas itself
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config key '{key}' must be a list, got {type(value).__name__} {value!r}")
         return [_coerce(f"{key}[{i}]", v, item_tp, from_string) for i, v in enumerate(value)]
