@@ -223,10 +223,7 @@ ENVIRONMENT_SUMMARY_KEYS = ("accuracy_without_tools", "tool_call_rate", "tool_er
 def _environment_defaults(config: PipelineConfig) -> dict[str, Any]:
     """The pipeline's environment settings, as every stage but pretraining receives them (only those that are set:
     a stage's own defaults are the same)."""
-    if config.environment is None:
-        return {}
-    names = [f.name for f in dataclasses.fields(EnvironmentSettings)]
-    return {name: getattr(config, name) for name in names}
+    return {} if config.environment is None else config.shared_environment_settings()
 
 
 def _train_defaults(config: PipelineConfig, name: str, model_dir: str, out: Path) -> dict[str, Any]:

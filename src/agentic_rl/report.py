@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.utils import read_jsonl
+from agentic_rl.utils import read_json, read_jsonl
 
 # (column title, metric key, format) for the stage comparison table.
 TABLE_COLUMNS = [
@@ -166,7 +166,7 @@ def stage_time_rows(root: Path, summary: dict[str, Any]) -> list[dict[str, Any]]
         elif seconds is not None and name == "grpo":
             counted = [r["perf/num_tokens"] for r in read_jsonl(folder / "metrics.jsonl") if "perf/num_tokens" in r]
             tokens = counted[-1] if counted else None
-            result = json.loads((folder / "stage.json").read_text()) if (folder / "stage.json").is_file() else {}
+            result = read_json(folder / "stage.json") if (folder / "stage.json").is_file() else {}
             if result.get("generation_seconds") is not None and not result.get("resumed_from"):
                 generating = (result["generation_seconds"] + result.get("heldout_seconds", 0.0)) / max(seconds, 1e-9)
         if seconds is not None:

@@ -710,10 +710,10 @@ def score_model(config: TuneConfig, stage_cfg: Any, model: Any, rows: list[dict[
 
 def _score_in_environment(config: TuneConfig, stage_cfg: Any, model: Any, rows: list[dict[str, Any]],
                           tokenizer: Any) -> tuple[float, dict[str, Any]]:
-    from agentic_rl.agent.settings import EnvironmentSettings, build_environment
+    from agentic_rl.agent.settings import build_environment
     from agentic_rl.eval.evaluate import EvalConfig, evaluate_model_in_environment
 
-    shared = {f.name: getattr(stage_cfg, f.name) for f in dataclasses.fields(EnvironmentSettings)}
+    shared = stage_cfg.shared_environment_settings()
     budget = getattr(stage_cfg, "max_completion_length", None) or config.max_new_tokens
     eval_cfg = config_from_dict(EvalConfig, {**shared, "max_new_tokens": max(budget, stage_cfg.max_turn_tokens),
                                              "system_prompt": stage_cfg.system_prompt, "seed": config.seed or 0},

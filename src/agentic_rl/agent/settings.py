@@ -49,6 +49,10 @@ class EnvironmentSettings:
                 raise ConfigError(f"{changed[0]} applies to multi-turn episodes only: set environment (e.g. "
                                   f"--environment calculator) or drop {changed[0]}")
 
+    def shared_environment_settings(self) -> dict[str, Any]:
+        """Every setting of :class:`EnvironmentSettings` with its value here, as another stage's config takes them."""
+        return {f.name: getattr(self, f.name) for f in fields(EnvironmentSettings)}
+
     def environment_settings(self) -> dict[str, Any]:
         """The environment's constructor settings (``environment_factory`` passes those its class accepts)."""
         return {"max_turns": self.max_turns, "max_tool_calls": self.max_tool_calls,

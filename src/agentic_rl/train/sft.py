@@ -36,7 +36,7 @@ Run: ``agentic-rl sft --model runs/pretrain/model --output-dir runs/sft`` (add `
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +131,9 @@ class SFTConfig(EnvironmentSettings):
                            "skip_tool_fraction"), 0, 1)
         self.check_environment_settings()
         if self.environment is None:
-            for name, default in (("direct_fraction", 0.25), ("skip_tool_fraction", 0.0)):
-                if getattr(self, name) != default:
+            defaults = {f.name: f.default for f in fields(SFTConfig)}
+            for name in ("direct_fraction", "skip_tool_fraction"):
+                if getattr(self, name) != defaults[name]:
                     raise ConfigError(f"{name} applies to environment demonstrations only: set environment (e.g. "
                                       f"--environment calculator) or drop {name}")
         else:
@@ -166,17 +167,23 @@ class SFTConfig(EnvironmentSettings):
 # Data
 # ---------------------------------------------------------------------------------------------------------------
 
+def load_task_rows(config: SFTConfig):
+    """The configured task data as canonical task rows (a ``datasets.Dataset``)."""
+    from agentic_rl.data import load_task_dataset
+
+    return load_task_dataset(config.dataset, config.split, max_samples=config.max_samples, seed=config.seed,
+                             question_field=config.question_field, answer_field=config.answer_field,
+                             ground_truth_field=config.ground_truth_field, synthetic_seed=config.synthetic_seed,
+                             synthetic_train_size=config.synthetic_train_size,
+                             synthetic_test_size=config.synthetic_test_size)
+
+
 def build_sft_dataset(config: SFTConfig):
     """Prompt-completion rows (plus ``chat_template_kwargs``) for TRL, from the configured task data."""
-    from agentic_rl.data import load_task_dataset, to_sft_dataset
+    from agentic_rl.data import to_sft_dataset
     from agentic_rl.data.formats import resolve_system_prompt
 
-    rows = load_task_dataset(config.dataset, config.split, max_samples=config.max_samples, seed=config.seed,
-                             question_field=config.question_field, answer_field=config.answer_field,
-                             ground_truth_field=config.ground_truth_field,
-                             synthetic_seed=config.synthetic_seed, synthetic_train_size=config.synthetic_train_size,
-                             synthetic_test_size=config.synthetic_test_size)
-    ds = to_sft_dataset(rows, resolve_system_prompt(config.system_prompt),
+    ds = to_sft_dataset(load_task_rows(config), resolve_system_prompt(config.system_prompt),
                         answer_only_fraction=config.answer_only_fraction,
                         answer_first_fraction=config.answer_first_fraction, seed=config.seed)
     kwargs = {"enable_thinking": config.enable_thinking}
@@ -200,14 +207,9 @@ def build_environment_dataset(config: SFTConfig, env_factory, tokenizer):
 
     from agentic_rl.agent.settings import environment_system_prompt
     from agentic_rl.agent.tasks import demonstration_examples, environment_examples
-    from agentic_rl.data import load_task_dataset
     from agentic_rl.data.formats import build_prompt, resolve_system_prompt
 
-    rows = load_task_dataset(config.dataset, config.split, max_samples=config.max_samples, seed=config.seed,
-                             question_field=config.question_field, answer_field=config.answer_field,
-                             ground_truth_field=config.ground_truth_field,
-                             synthetic_seed=config.synthetic_seed, synthetic_train_size=config.synthetic_train_size,
-                             synthetic_test_size=config.synthetic_test_size).to_list()
+    rows = load_task_rows(config).to_list()
     env = env_factory()
     rng = random.Random(config.seed)
     direct_ids = set(rng.sample(range(len(rows)), int(round(config.direct_fraction * len(rows)))))
