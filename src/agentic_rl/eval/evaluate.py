@@ -424,7 +424,8 @@ def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]]
         model = model_or_path
         if tokenizer is None:
             raise ConfigError("evaluate_model_in_environment with an in-memory model needs tokenizer=...")
-    prompts = {True: environment_system_prompt(config.system_prompt, env_factory()),
+    example = getattr(env_factory, "example", None) or env_factory()  # a plain callable has no built example
+    prompts = {True: environment_system_prompt(config.system_prompt, example),
                False: resolve_system_prompt(config.system_prompt)}
     start = time.perf_counter()
     settings, episodes = {}, {}

@@ -916,7 +916,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
 
         env_factory = build_environment(config)  # a bad environment or argument fails here, before any output
     model, tokenizer, base_dir = load_policy(config, out)
-    train, heldout = load_data(config, env_factory() if env_factory else None)
+    train, heldout = load_data(config, env_factory.example if env_factory else None)
     if env_factory is None:
         funcs, weights, reward_names = build_reward_functions(config.rewards)
     else:  # the episode's return (sum of the environment's step rewards) is the one reward
