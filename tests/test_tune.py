@@ -118,7 +118,7 @@ def test_base_values_reject_unknown_fixed_keys(tmp_path):
                                              "grpo": {"beta": 0.05, "lora_r": 16}, "sft": {"x": 1}}))
     values = base_values(TuneConfig(stage="grpo", base_config=str(pipeline_yaml), budget_steps=5), GRPOConfig)
     assert values == {"model": "Qwen/Qwen3-0.6B", "dataset": "gsm8k", "seed": 7, "beta": 0.05, "lora_r": 16,
-                      "max_steps": 5}
+                      "max_steps": 5, "heldout_samples": 64}  # the validation slice trials are scored on
     values = base_values(TuneConfig(stage="grpo", base_config=str(pipeline_yaml), seed=3), GRPOConfig)
     assert values["seed"] == 3
 
@@ -578,10 +578,15 @@ def test_real_sft_trial_killed_mid_training_is_cleaned_and_rerun(tmp_path, tiny_
     assert "1 complete, 0 pruned of 2 trials" in (out / "report.md").read_text()
 
 
-def test_trials_are_scored_on_the_prompt_and_columns_they_were_trained_with(tiny_model_dir, tmp_path):
+def test_trials_are_scored_on_the_prompt_and_columns_they_were_trained_with(tiny_model_dir, tmp_path, monkeypatch):
     """A pipeline's system_prompt '' (no system message) and a custom dataset's column names reach the scoring: a
     trial trained on one prompt is never scored on another."""
+    from agentic_rl.eval import validation
     from agentic_rl.tune import run
+
+    scorer, scored = validation.score_heldout, []
+    monkeypatch.setattr(validation, "score_heldout", lambda model, tok, rows, **kw: (scored.append(rows),
+                                                                                     scorer(model, tok, rows, **kw))[1])
 
     data = tmp_path / "data"
     data.mkdir()
@@ -595,5 +600,7 @@ def test_trials_are_scored_on_the_prompt_and_columns_they_were_trained_with(tiny
                               "save_steps": 1, "max_length": 128, "system_prompt": "", "dataset": str(data),
                               "question_field": "problem", "answer_field": "solution"}))
     score = json.loads(next((out / "trials").glob("*/0/tune_score.json")).read_text())
-    assert score["metrics"]["config"]["system_prompt"] == ""
-    assert score["metrics"]["num_prompts"] == 2
+    assert score["metrics"]["n"] == 2 and len(scored) == 1
+    # the question from the 'problem' column, no system message: the prompt the trial was trained with
+    assert all(r["prompt"] == [{"role": "user", "content": r["question"]}] and r["question"].startswith("What is")
+               for r in scored[0])

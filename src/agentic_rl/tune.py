@@ -44,8 +44,12 @@ run: config, metrics, logs, ``tune_score.json``; its weights only with ``keep_mo
 trial numbers restart at 0 in each: a study created where its name's folder is taken gets ``<study>-2``),
 ``study.db`` (the study).
 
-Held-out problems come from ``eval_split`` of the stage's dataset (default ``test``: use a validation split where
-the dataset has one, so that the final test score is not the one the search optimised).
+Trials are scored on a validation slice of ``eval_samples`` problems carved out of the stage's *training* split
+(:mod:`agentic_rl.eval.validation`): every trial's stage gets ``heldout_samples: <eval_samples>``, so it sets those
+rows aside (seeded, the same for every trial) and never trains on them, and the test split that the final evaluation
+reports plays no part in choosing the hyper-parameters. The problems carry the stage's system prompt and column
+mapping, and are scored by the same function as GRPO's periodic held-out checks. ``eval_split`` names another split
+instead (``test`` only on purpose: it warns).
 
     agentic-rl tune --stage sft --search bayes --trials 20 --base-config configs/qwen3-0.6b-gsm8k.yaml \\
         --param 'learning_rate=loguniform(1e-6,1e-4)' --param 'lora_r=choice(8,16,32)' --budget-steps 50
@@ -79,6 +83,9 @@ STAGES = ("sft", "grpo")
 SEARCHES = ("grid", "random", "bayes")
 # Stage config fields a search may not set: they are per-trial bookkeeping, not hyper-parameters.
 _RESERVED = ("output_dir",)
+# Stage settings that decide which problems a trial is scored on (and its stage holds out of training).
+_DATA_KEYS = ("dataset", "split", "seed", "heldout_samples", "question_field", "answer_field", "ground_truth_field",
+              "system_prompt", "environment", "environment_args", "max_train_samples", "max_samples")
 
 
 @dataclass
@@ -105,7 +112,9 @@ class TuneConfig:
         "help": "what a trial maximises on held-out problems: accuracy (greedy, strict answer match) or reward "
                 "(mean of the stage's reward functions on the same completions)", "choices": ["accuracy", "reward"]})
     eval_samples: int = field(default=64, metadata={"help": "held-out problems each trial is scored on"})
-    eval_split: str = field(default="test", metadata={"help": "split the held-out problems come from"})
+    eval_split: str | None = field(default=None, metadata={
+        "help": "split the held-out problems come from (default: a validation slice carved out of the stage's "
+                "training split, never trained on; 'test' leaks the test set into the choice and warns)"})
     max_new_tokens: int = field(default=256, metadata={"help": "generation length when scoring a trial"})
     prune: bool = field(default=True, metadata={"help": "stop hopeless trials early (MedianPruner)"})
     prune_every: int | None = field(default=None, metadata={
@@ -376,6 +385,14 @@ def base_values(config: TuneConfig, cls: type) -> dict[str, Any]:
         if "max_steps" not in _field_names(cls):
             raise ConfigError(f"{cls.__name__} has no max_steps field, so budget_steps cannot be applied")
         values["max_steps"] = config.budget_steps
+    if config.eval_split is None:  # the trial's stage holds out the validation slice it is scored on
+        if values.get("heldout_samples") not in (None, config.eval_samples):
+            raise ConfigError(f"heldout_samples ({values['heldout_samples']}) is set per trial by tune to eval_samples "
+                              f"({config.eval_samples}), the validation problems trials are scored on; remove it")
+        values["heldout_samples"] = config.eval_samples
+    elif config.eval_split == "test":
+        warn("eval_split 'test': trials are scored on the test split, so the final test score is no longer a fair "
+             "estimate of the chosen settings; leave eval_split unset for a validation slice of the training split")
     if "seed" in _field_names(cls):
         if config.seed is not None:
             values["seed"] = config.seed
@@ -668,59 +685,62 @@ def optimize(config: TuneConfig, space: dict[str, Param], objective: Objective, 
 # The objective: train one trial with the stage function, score it on held-out problems
 # ---------------------------------------------------------------------------------------------------------------
 
-def _metric_key(objective: str) -> str:
-    return "accuracy_strict" if objective == "accuracy" else "avg_reward"
+def _stage_system_prompt(stage_cfg: Any) -> str | None:
+    """The system message the stage's prompts carry (the environment's with an environment)."""
+    from agentic_rl.data.formats import resolve_system_prompt
 
+    if getattr(stage_cfg, "environment", None) is not None:
+        from agentic_rl.agent.settings import build_environment, environment_system_prompt
 
-def _eval_settings(config: TuneConfig, stage_cfg: Any) -> dict[str, Any]:
-    """The evaluation settings a trial is scored with (the stage's own rewards for ``objective: reward``)."""
-    settings: dict[str, Any] = {"max_new_tokens": config.max_new_tokens, "seed": config.seed or 0,
-                                # scored on the prompt the trial was trained with (a pipeline's '' = no system message)
-                                "system_prompt": getattr(stage_cfg, "system_prompt", None)}
-    rewards = getattr(stage_cfg, "rewards", None)
-    if config.objective == "reward" and rewards:
-        settings["rewards"] = list(rewards)
-    return settings
+        return environment_system_prompt(stage_cfg.system_prompt, build_environment(stage_cfg)())
+    return resolve_system_prompt(getattr(stage_cfg, "system_prompt", None))
 
 
 def load_heldout(config: TuneConfig, stage_cfg: Any, n: int) -> list[dict[str, Any]]:
-    """``n`` held-out problems (seeded sample of ``eval_split`` of the stage's dataset)."""
+    """``n`` held-out problems with the stage's prompts: the first ``n`` of the validation slice the trial's stage
+    carves out of its training split (see :mod:`agentic_rl.eval.validation`), or with ``eval_split`` a seeded sample
+    of that split."""
+    if config.eval_split is None:
+        if stage_cfg.heldout_samples < n:
+            raise ConfigError(f"the stage holds out {stage_cfg.heldout_samples} validation problems, fewer than the "
+                              f"{n} a trial is scored on; tune sets heldout_samples to eval_samples")
+        if config.stage == "sft":
+            from agentic_rl.train.sft import validation_rows
+        else:
+            from agentic_rl.train.grpo import validation_rows
+        return validation_rows(stage_cfg)[:n]
+    from agentic_rl.data.formats import build_prompt
     from agentic_rl.eval.evaluate import EvalConfig, load_rows
 
     dataset = getattr(stage_cfg, "dataset", None) or "synthetic"
     columns = {name: getattr(stage_cfg, name, None) for name in ("question_field", "answer_field",
                                                                   "ground_truth_field")}
-    return load_rows(EvalConfig(dataset=dataset, split=config.eval_split, max_samples=n, seed=config.seed or 0,
+    rows = load_rows(EvalConfig(dataset=dataset, split=config.eval_split, max_samples=n, seed=config.seed or 0,
                                 **columns))
+    system_prompt = _stage_system_prompt(stage_cfg)
+    return [{**r, "prompt": build_prompt(r["question"], system_prompt)} for r in rows]
 
 
 def score_model(config: TuneConfig, stage_cfg: Any, model: Any, rows: list[dict[str, Any]], *,
                 tokenizer: Any = None) -> tuple[float, dict[str, Any]]:
-    """The trial's objective value: greedy held-out accuracy (strict) or mean reward of ``model`` on ``rows``. A stage
-    trained in an environment is scored in it: greedy episodes with its tools, accuracy or the mean episode return."""
+    """The trial's objective value and metrics, by the one held-out scorer GRPO's periodic checks use
+    (:func:`agentic_rl.eval.validation.score_heldout`): greedy ``accuracy`` (strict), or for ``objective: reward`` the
+    mean of the stage's reward functions (in an environment: the mean episode return, played with its tools)."""
+    from agentic_rl.eval import validation
+
+    env_factory = None
+    budget = config.max_new_tokens
     if getattr(stage_cfg, "environment", None) is not None:
-        return _score_in_environment(config, stage_cfg, model, rows, tokenizer)
-    from agentic_rl.eval import evaluate_model
+        from agentic_rl.agent.settings import build_environment
 
-    metrics = evaluate_model(model, rows, tokenizer=tokenizer, **_eval_settings(config, stage_cfg))
-    metrics.pop("predictions", None)
-    value = metrics.get(_metric_key(config.objective))
-    return (float(value) if value is not None else float("nan")), metrics
-
-
-def _score_in_environment(config: TuneConfig, stage_cfg: Any, model: Any, rows: list[dict[str, Any]],
-                          tokenizer: Any) -> tuple[float, dict[str, Any]]:
-    from agentic_rl.agent.settings import build_environment
-    from agentic_rl.eval.evaluate import EvalConfig, evaluate_model_in_environment
-
-    shared = stage_cfg.shared_environment_settings()
-    budget = getattr(stage_cfg, "max_completion_length", None) or config.max_new_tokens
-    eval_cfg = config_from_dict(EvalConfig, {**shared, "max_new_tokens": max(budget, stage_cfg.max_turn_tokens),
-                                             "system_prompt": stage_cfg.system_prompt, "seed": config.seed or 0},
-                                where="tune evaluation")
-    metrics = evaluate_model_in_environment(model, rows, eval_cfg, build_environment(eval_cfg), tokenizer=tokenizer,
-                                            without_tools=False)
-    value = metrics["accuracy"] if config.objective == "accuracy" else metrics.get("return")
+        env_factory = build_environment(stage_cfg)
+        budget = max(getattr(stage_cfg, "max_completion_length", None) or budget, stage_cfg.max_turn_tokens)
+    rewards = getattr(stage_cfg, "rewards", None) if config.objective == "reward" else None
+    metrics = validation.score_heldout(model, tokenizer, rows, max_new_tokens=budget, rewards=rewards,
+                                       env_factory=env_factory,
+                                       tools_in_prompt=getattr(stage_cfg, "tools_in_prompt", True),
+                                       max_turn_tokens=getattr(stage_cfg, "max_turn_tokens", 48))
+    value = metrics.get("accuracy" if config.objective == "accuracy" else "avg_reward")
     return (float(value) if value is not None else float("nan")), metrics
 
 
@@ -816,15 +836,19 @@ def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any],
         trial_dir = trials_dir / str(trial.number)
         stage_cfg = build_stage_config(cls, base, params, trial_dir, where=f"trial {trial.number}")
         trial.set_user_attr("stage_config", config_to_dict(stage_cfg))
-        if "rows" not in cache:
-            cache["rows"] = load_heldout(config, stage_cfg, config.eval_samples)
+        # The held-out problems depend on the stage's data settings only, which a search rarely varies (seed may).
+        rows_key = json.dumps({k: v for k, v in config_to_dict(stage_cfg).items()
+                               if k in _DATA_KEYS or k.startswith("synthetic")}, sort_keys=True, default=str)
+        if rows_key not in cache:
+            cache[rows_key] = load_heldout(config, stage_cfg, config.eval_samples)
+        rows = cache[rows_key]
         kwargs: dict[str, Any] = {}
         callback = None
         if prune:
             budget = getattr(stage_cfg, "max_steps", None) or 0
             every = config.prune_every or max(1, budget // 4)
             if budget and every < budget:
-                callback = pruning_callback(config, stage_cfg, trial, cache["rows"][:config.prune_samples], every)
+                callback = pruning_callback(config, stage_cfg, trial, rows[:config.prune_samples], every)
                 kwargs["callbacks"] = [callback]
         try:
             result = stage_run(stage_cfg, **kwargs)
@@ -835,7 +859,7 @@ def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any],
         try:
             if callback is not None and callback.pruned_at is not None:
                 raise optuna.TrialPruned(f"pruned at step {callback.pruned_at}")
-            value, metrics = score_model(config, stage_cfg, model_dir, cache["rows"])
+            value, metrics = score_model(config, stage_cfg, model_dir, rows)
             trial.set_user_attr("metrics", {k: v for k, v in metrics.items()
                                             if isinstance(v, (int, float)) and not isinstance(v, bool)})
             write_json(trial_dir / "tune_score.json", {"trial": trial.number, "params": params,
@@ -860,6 +884,9 @@ def run(config: TuneConfig) -> dict[str, Any]:
     base = base_values(config, cls)
     if config.seed is None:  # the sampler follows the trials' seed
         config = dataclasses.replace(config, seed=int(base.get("seed", 0)))
+    if config.eval_split is None and "heldout_samples" in space:
+        raise ConfigError("heldout_samples is set per trial by tune to eval_samples (the validation problems every "
+                          "trial is scored on); remove it from the search space")
     validate_space(cls, space, base, config.search)
     n_trials = config.trials
     if config.search == "grid":
@@ -989,7 +1016,7 @@ def write_outputs(config: TuneConfig, study, out: Path) -> dict[str, Any]:
     plots = _plots(study, out, config.objective)
     report = [f"# Hyper-parameter search: {config.stage}, {config.search}", "",
               f"Objective: held-out {config.objective} on {config.eval_samples} problems "
-              f"({config.eval_split} split) after {config.budget_steps or 'the configured'} training steps; "
+              f"({'a validation slice of the training split' if config.eval_split is None else f'{config.eval_split} split'}) after {config.budget_steps or 'the configured'} training steps; "
               f"{result['complete']} complete, {result['pruned']} pruned of {len(rows)} trials.", "",
               *best_lines, "", "## Trials", "", _markdown_table(rows)]
     if diverged:

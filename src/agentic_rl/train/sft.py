@@ -68,6 +68,9 @@ class SFTConfig(EnvironmentSettings):
     ground_truth_field: str | None = field(default=None, metadata={
         "help": "custom datasets: column holding the final answer"})
     max_samples: int | None = field(default=None, metadata={"help": "use at most N training rows (random, seed)"})
+    heldout_samples: int = field(default=0, metadata={
+        "help": "validation problems carved out of the training split (seeded) and never trained on; tune scores "
+                "its trials on them (0 = none)"})
     synthetic_train_size: int = field(default=5000, metadata={"help": "rows in the synthetic train split"})
     synthetic_test_size: int = field(default=SYNTHETIC_TEST_SIZE, metadata={
         "help": "rows in the synthetic test split (kept out of training; match the evaluation's)"})
@@ -152,6 +155,7 @@ class SFTConfig(EnvironmentSettings):
         check_range(self, "lora_dropout", 0, 1, high_open=True)
         check_range(self, ("batch_size", "gradient_accumulation_steps", "save_steps", "save_total_limit",
                            "logging_steps", "max_samples", "synthetic_train_size"), 1)
+        check_range(self, "heldout_samples", 0)
         check_range(self, "synthetic_test_size", 0)
         check_range(self, "max_length", 16)
         check_range(self, ("weight_decay", "max_grad_norm"), 0)  # max_grad_norm 0: no clipping
@@ -168,14 +172,44 @@ class SFTConfig(EnvironmentSettings):
 # ---------------------------------------------------------------------------------------------------------------
 
 def load_task_rows(config: SFTConfig):
-    """The configured task data as canonical task rows (a ``datasets.Dataset``)."""
-    from agentic_rl.data import load_task_dataset
+    """The configured task data as canonical task rows (a ``datasets.Dataset``), without the validation slice."""
+    return _task_rows_and_validation(config)[0]
 
-    return load_task_dataset(config.dataset, config.split, max_samples=config.max_samples, seed=config.seed,
-                             question_field=config.question_field, answer_field=config.answer_field,
-                             ground_truth_field=config.ground_truth_field, synthetic_seed=config.synthetic_seed,
-                             synthetic_train_size=config.synthetic_train_size,
-                             synthetic_test_size=config.synthetic_test_size)
+
+def _task_rows_and_validation(config: SFTConfig):
+    """``(train, validation)``: the training rows (a ``datasets.Dataset``) and the ``heldout_samples`` validation rows
+    carved out of the split before them (:func:`agentic_rl.eval.validation.training_and_validation_rows`)."""
+    from agentic_rl.data import load_task_dataset
+    from agentic_rl.data.gsm8k import rows_to_dataset, sample_indices
+    from agentic_rl.eval.validation import training_and_validation_rows
+
+    options = dict(question_field=config.question_field, answer_field=config.answer_field,
+                   ground_truth_field=config.ground_truth_field, synthetic_seed=config.synthetic_seed,
+                   synthetic_test_size=config.synthetic_test_size)
+    if not config.heldout_samples:
+        return load_task_dataset(config.dataset, config.split, max_samples=config.max_samples, seed=config.seed,
+                                 synthetic_train_size=config.synthetic_train_size, **options), []
+    train, validation = training_and_validation_rows(config.dataset, config.split, seed=config.seed,
+                                                     heldout_samples=config.heldout_samples,
+                                                     synthetic_train_size=config.synthetic_train_size, **options)
+    return rows_to_dataset([train[i] for i in sample_indices(len(train), config.max_samples, config.seed)]), validation
+
+
+def validation_rows(config: SFTConfig) -> list[dict[str, Any]]:
+    """The validation slice (``heldout_samples`` rows) as prompts the way this stage writes them: its system prompt,
+    or with an environment the environment's."""
+    from agentic_rl.data import to_rl_dataset
+
+    validation = _task_rows_and_validation(config)[1]
+    if config.environment is not None:
+        from agentic_rl.agent.settings import build_environment, environment_system_prompt
+
+        system_prompt = environment_system_prompt(config.system_prompt, build_environment(config)())
+    else:
+        from agentic_rl.data.formats import resolve_system_prompt
+
+        system_prompt = resolve_system_prompt(config.system_prompt)
+    return to_rl_dataset(validation, system_prompt).to_list()
 
 
 def build_sft_dataset(config: SFTConfig):
