@@ -348,7 +348,7 @@ def test_sft_rows_split_into_tool_skip_tool_and_direct_demonstrations(tokenizer)
 
     def config(**fractions):
         return SFTConfig(model="m", environment="calculator", environment_args={"final_turn": "answer"},
-                         dataset="synthetic:multiplication", max_samples=20, synthetic_train_size=5000, **fractions)
+                         dataset="synthetic:multiplication", max_train_samples=20, **fractions)
 
     rows = load_task_dataset("synthetic:multiplication", "train", max_samples=20, synthetic_train_size=5000).to_list()
     sft = config(direct_fraction=0.25, skip_tool_fraction=0.35)

@@ -61,9 +61,9 @@ def _run_one_trial(tmp_path, monkeypatch, stage: str, fixed: dict, **tune_settin
 @pytest.mark.parametrize("dataset", ["synthetic", GSM8K])
 def test_tune_scores_trials_on_a_validation_slice_the_trial_never_trains_on(tmp_path, monkeypatch, stage, dataset):
     fixed = {"model": "m", "dataset": dataset, "system_prompt": SYSTEM,
-             ("max_samples" if stage == "sft" else "max_train_samples"): 64}
+             "max_train_samples": 64}
     cfg, rows = _run_one_trial(tmp_path, monkeypatch, stage, fixed, eval_samples=12)
-    assert len(rows) == 12 and cfg.heldout_samples == 12
+    assert len(rows) == 12 and cfg.eval_samples == 12
     scored = _questions(rows)
     test_split = _questions(load_task_dataset(dataset, "test"))
     # the synthetic train split as the stage generates it: its training size plus the slice, its test questions kept out
@@ -92,7 +92,7 @@ def test_the_validation_slice_is_deterministic_by_seed_and_a_prefix_across_sizes
     assert (train, held) == again and len(train) == 45 and not _questions(train) & _questions(held)
     assert validation.carve_validation(rows, 5, seed=4, where="x")[1] != held
     assert validation.carve_validation(rows, 8, seed=3, where="x")[1][:5] == held
-    with pytest.raises(ConfigError, match=r"^heldout_samples \(50\) leaves no training rows from the 50 rows of x"):
+    with pytest.raises(ConfigError, match=r"^eval_samples \(50\) leaves no training rows from the 50 rows of x"):
         validation.carve_validation(rows, 50, seed=3, where="x")
 
 
@@ -106,7 +106,7 @@ def test_grpo_heldout_checks_and_tune_trials_call_the_same_scorer(tmp_path, monk
         return {"accuracy": 1.0, "avg_reward": 1.0, "n": len(rows)}
 
     monkeypatch.setattr(validation, "score_heldout", spy)
-    cfg = GRPOConfig(model="m", max_train_samples=8, heldout_every=2, heldout_samples=3, max_completion_length=16)
+    cfg = GRPOConfig(model="m", max_train_samples=8, heldout_every=2, eval_samples=3, max_completion_length=16)
     assert evaluate_heldout(object(), object(), [{"question": "q"}], cfg) == {"accuracy": 1.0, "avg_reward": 1.0,
                                                                             "n": 1}
     assert calls == [{"max_new_tokens": 16, "rewards": ["accuracy:1.0", "format:0.2"], "env_factory": None,
@@ -118,7 +118,7 @@ def test_grpo_heldout_rows_are_carved_out_of_the_training_split():
     from agentic_rl.train.grpo import load_data
 
     train, heldout = load_data(GRPOConfig(model="m", dataset=GSM8K, max_train_samples=100, heldout_every=5,
-                                          heldout_samples=20))
+                                          eval_samples=20))
     held = _questions(heldout)
     assert len(held) == 20 and not held & _questions(train)
     assert held <= _questions(load_task_dataset(GSM8K, "train")) and not held & _questions(load_task_dataset(GSM8K,
@@ -128,19 +128,20 @@ def test_grpo_heldout_rows_are_carved_out_of_the_training_split():
 def test_grpo_without_checks_holds_nothing_out_unless_asked():
     from agentic_rl.train.grpo import load_data
 
-    assert GRPOConfig(model="m", heldout_every=0).heldout_samples == 0
+    assert GRPOConfig(model="m", heldout_every=0).eval_samples == 0
     assert load_data(GRPOConfig(model="m", max_train_samples=8, heldout_every=0))[1] is None
     # tune asks for a slice while the periodic checks stay off
-    assert len(load_data(GRPOConfig(model="m", max_train_samples=8, heldout_every=0, heldout_samples=4))[1]) == 4
+    assert len(load_data(GRPOConfig(model="m", max_train_samples=8, heldout_every=0, eval_samples=4))[1]) == 4
 
 
 def test_tune_on_the_test_split_is_an_explicit_choice_that_warns(tmp_path, monkeypatch, capsys):
-    cfg, rows = _run_one_trial(tmp_path, monkeypatch, "sft", {"model": "m", "max_samples": 16}, eval_samples=4,
+    cfg, rows = _run_one_trial(tmp_path, monkeypatch, "sft", {"model": "m", "max_train_samples": 16}, eval_samples=4,
                                eval_split="test")
     assert "WARNING: eval_split 'test'" in capsys.readouterr().err
-    assert _questions(rows) <= _questions(load_task_dataset("synthetic", "test")) and cfg.heldout_samples == 0
+    assert _questions(rows) <= _questions(load_task_dataset("synthetic", "test")) and cfg.eval_samples == 0
 
 
-def test_tune_sets_heldout_samples_itself(tmp_path):
-    with pytest.raises(ConfigError, match=r"heldout_samples \(5\) is set per trial by tune to eval_samples \(8\)"):
-        base_values(TuneConfig(stage="sft", eval_samples=8, fixed={"heldout_samples": 5}), SFTConfig)
+def test_tune_sets_eval_samples_itself(tmp_path):
+    with pytest.raises(ConfigError, match=r"the stage's eval_samples \(5\) is set per trial by tune to its own "
+                                          r"eval_samples \(8\)"):
+        base_values(TuneConfig(stage="sft", eval_samples=8, fixed={"eval_samples": 5}), SFTConfig)

@@ -57,6 +57,8 @@ class PipelineConfig(EnvironmentSettings):
     dataset: str = field(default="synthetic", metadata={
         "help": "task data: 'synthetic', a hub id (openai/gsm8k) or a local file/folder"})
     seed: int = field(default=0, metadata={"help": "random seed for data sampling, initialisation and training"})
+    synthetic_seed: int = field(default=0, metadata={
+        "help": "seed of the synthetic task, given to every stage (pretraining keeps its test questions out)"})
     eval_samples: int = field(default=500, metadata={"help": "held-out problems every stage is evaluated on"})
     system_prompt: str | None = field(default=None, metadata={
         "help": "system message of every prompt in SFT, GRPO and evaluation: unset = the standard instruction, "
@@ -186,7 +188,8 @@ def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, su
     sampled = sample_temperature is not None
     out = root / "eval" / (f"{label}-sampled" if sampled else label)
     defaults = {"models": [model_dir], "dataset": config.dataset, "split": "test", "system_prompt": config.system_prompt,
-                "max_samples": config.eval_samples, "seed": config.seed, "output_dir": str(out),
+                "eval_samples": config.eval_samples, "seed": config.seed, "synthetic_seed": config.synthetic_seed,
+                "output_dir": str(out),
                 **_environment_defaults(config)}
     section = dict(config.eval)
     if sampled:
@@ -229,9 +232,9 @@ def _environment_defaults(config: PipelineConfig) -> dict[str, Any]:
 def _train_defaults(config: PipelineConfig, name: str, model_dir: str, out: Path) -> dict[str, Any]:
     """The values the pipeline gives a training stage (its section overrides them)."""
     if name == "pretrain":
-        return {"output_dir": str(out), "seed": config.seed}
+        return {"output_dir": str(out), "seed": config.seed, "synthetic_seed": config.synthetic_seed}
     return {"model": model_dir, "dataset": config.dataset, "seed": config.seed, "system_prompt": config.system_prompt,
-            "output_dir": str(out), **_environment_defaults(config)}
+            "synthetic_seed": config.synthetic_seed, "output_dir": str(out), **_environment_defaults(config)}
 
 
 def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
@@ -251,8 +254,9 @@ def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
         _stage_config(cls, section, _train_defaults(config, name, config.model, root / name),
                       where=f"{config.name}: {name}")
     _stage_config(EvalConfig, config.eval, {"models": [config.model], "dataset": config.dataset, "split": "test",
-                                            "system_prompt": config.system_prompt, "max_samples": config.eval_samples,
-                                            "seed": config.seed, "output_dir": str(root / "eval"),
+                                            "system_prompt": config.system_prompt, "eval_samples": config.eval_samples,
+                                            "seed": config.seed, "synthetic_seed": config.synthetic_seed,
+                                            "output_dir": str(root / "eval"),
                                             **_environment_defaults(config)},
                   where=f"{config.name}: eval")
 

@@ -45,7 +45,7 @@ trial numbers restart at 0 in each: a study created where its name's folder is t
 ``study.db`` (the study).
 
 Trials are scored on a validation slice of ``eval_samples`` problems carved out of the stage's *training* split
-(:mod:`agentic_rl.eval.validation`): every trial's stage gets ``heldout_samples: <eval_samples>``, so it sets those
+(:mod:`agentic_rl.eval.validation`): every trial's stage gets the same ``eval_samples``, so it sets those
 rows aside (seeded, the same for every trial) and never trains on them, and the test split that the final evaluation
 reports plays no part in choosing the hyper-parameters. The problems carry the stage's system prompt and column
 mapping, and are scored by the same function as GRPO's periodic held-out checks. ``eval_split`` names another split
@@ -83,9 +83,11 @@ STAGES = ("sft", "grpo")
 SEARCHES = ("grid", "random", "bayes")
 # Stage config fields a search may not set: they are per-trial bookkeeping, not hyper-parameters.
 _RESERVED = ("output_dir",)
+# Top-level keys of a pipeline file that reach its stage sections.
+PIPELINE_SHARED = ("model", "dataset", "seed", "synthetic_seed", "system_prompt")
 # Stage settings that decide which problems a trial is scored on (and its stage holds out of training).
-_DATA_KEYS = ("dataset", "split", "seed", "heldout_samples", "question_field", "answer_field", "ground_truth_field",
-              "system_prompt", "environment", "environment_args", "max_train_samples", "max_samples")
+_DATA_KEYS = ("dataset", "split", "seed", "eval_samples", "question_field", "answer_field", "ground_truth_field",
+              "system_prompt", "environment", "environment_args", "max_train_samples")
 
 
 @dataclass
@@ -105,7 +107,7 @@ class TuneConfig:
         "help": "YAML with the stage's settings: a stage file, or a pipeline file (its stage section and its "
                 "model/dataset/seed are used)"})
     fixed: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "stage settings applied to every trial, over base_config (e.g. {max_samples: 256})"})
+        "help": "stage settings applied to every trial, over base_config (e.g. {max_train_samples: 256})"})
     budget_steps: int | None = field(default=None, metadata={
         "help": "training steps per trial (sets the stage's max_steps); the short, fixed budget every trial gets"})
     objective: str = field(default="accuracy", metadata={
@@ -368,7 +370,7 @@ def base_values(config: TuneConfig, cls: type) -> dict[str, Any]:
         data = read_yaml(config.base_config)
         known = set(_field_names(cls))
         if isinstance(data.get(config.stage), dict):  # a pipeline file: its stage section + shared top-level keys
-            for key in ("model", "dataset", "seed"):
+            for key in PIPELINE_SHARED:
                 if key in data and key in known:
                     values[key] = data[key]
             if values.get("model") == "embedded":
@@ -386,10 +388,11 @@ def base_values(config: TuneConfig, cls: type) -> dict[str, Any]:
             raise ConfigError(f"{cls.__name__} has no max_steps field, so budget_steps cannot be applied")
         values["max_steps"] = config.budget_steps
     if config.eval_split is None:  # the trial's stage holds out the validation slice it is scored on
-        if values.get("heldout_samples") not in (None, config.eval_samples):
-            raise ConfigError(f"heldout_samples ({values['heldout_samples']}) is set per trial by tune to eval_samples "
-                              f"({config.eval_samples}), the validation problems trials are scored on; remove it")
-        values["heldout_samples"] = config.eval_samples
+        if values.get("eval_samples") not in (None, config.eval_samples):
+            raise ConfigError(f"the stage's eval_samples ({values['eval_samples']}) is set per trial by tune to its own "
+                              f"eval_samples ({config.eval_samples}), the validation problems trials are scored on; "
+                              "remove it from the stage's settings")
+        values["eval_samples"] = config.eval_samples
     elif config.eval_split == "test":
         warn("eval_split 'test': trials are scored on the test split, so the final test score is no longer a fair "
              "estimate of the chosen settings; leave eval_split unset for a validation slice of the training split")
@@ -701,9 +704,9 @@ def load_heldout(config: TuneConfig, stage_cfg: Any, n: int) -> list[dict[str, A
     carves out of its training split (see :mod:`agentic_rl.eval.validation`), or with ``eval_split`` a seeded sample
     of that split."""
     if config.eval_split is None:
-        if stage_cfg.heldout_samples < n:
-            raise ConfigError(f"the stage holds out {stage_cfg.heldout_samples} validation problems, fewer than the "
-                              f"{n} a trial is scored on; tune sets heldout_samples to eval_samples")
+        if stage_cfg.eval_samples < n:
+            raise ConfigError(f"the stage holds out {stage_cfg.eval_samples} validation problems, fewer than the "
+                              f"{n} a trial is scored on; tune gives the stage its own eval_samples")
         if config.stage == "sft":
             from agentic_rl.train.sft import validation_rows
         else:
@@ -715,7 +718,7 @@ def load_heldout(config: TuneConfig, stage_cfg: Any, n: int) -> list[dict[str, A
     dataset = getattr(stage_cfg, "dataset", None) or "synthetic"
     columns = {name: getattr(stage_cfg, name, None) for name in ("question_field", "answer_field",
                                                                   "ground_truth_field")}
-    rows = load_rows(EvalConfig(dataset=dataset, split=config.eval_split, max_samples=n, seed=config.seed or 0,
+    rows = load_rows(EvalConfig(dataset=dataset, split=config.eval_split, eval_samples=n, seed=config.seed or 0,
                                 **columns))
     system_prompt = _stage_system_prompt(stage_cfg)
     return [{**r, "prompt": build_prompt(r["question"], system_prompt)} for r in rows]
@@ -884,8 +887,8 @@ def run(config: TuneConfig) -> dict[str, Any]:
     base = base_values(config, cls)
     if config.seed is None:  # the sampler follows the trials' seed
         config = dataclasses.replace(config, seed=int(base.get("seed", 0)))
-    if config.eval_split is None and "heldout_samples" in space:
-        raise ConfigError("heldout_samples is set per trial by tune to eval_samples (the validation problems every "
+    if config.eval_split is None and "eval_samples" in space:
+        raise ConfigError("the stage's eval_samples is set per trial by tune to its own (the validation problems every "
                           "trial is scored on); remove it from the search space")
     validate_space(cls, space, base, config.search)
     n_trials = config.trials
@@ -1002,7 +1005,7 @@ def write_outputs(config: TuneConfig, study, out: Path) -> dict[str, Any]:
                    f"held-out {config.objective} {best.value:.4f}\n")
         _atomic_write(best_stage, summary + f"# rerun: agentic-rl {config.stage} --config {best_stage.name}\n"
                       + yaml.safe_dump(stage_values, sort_keys=False))
-        shared = ("model", "dataset", "seed")  # top-level keys of a pipeline file
+        shared = PIPELINE_SHARED
         pipeline = {"stages": [config.stage], **{k: stage_values[k] for k in shared if stage_values.get(k) is not None},
                     config.stage: {k: v for k, v in stage_values.items() if k not in shared}}
         _atomic_write(out / "best_pipeline.yaml", summary + "# rerun: agentic-rl pipeline --config best_pipeline.yaml\n"

@@ -4,7 +4,7 @@ GRPO's periodic held-out checks (``heldout_every``, ``best/``) and ``tune``'s tr
 their problems from here, and so does the pipeline, which runs those stages:
 
 * :func:`training_and_validation_rows` loads a stage's training split, shuffles it with the stage's seed and carves the
-  first ``heldout_samples`` rows off as the validation slice; the stage trains on the rest. The slice is deterministic
+  first ``eval_samples`` rows off as the validation slice; the stage trains on the rest. The slice is deterministic
   by seed and disjoint from the rows trained on, and the test split that the final evaluation reports is never looked
   at while training or choosing hyper-parameters. ``tune`` asks the trial's stage to carve the slice it scores on, so a
   trial never trains on a problem it is scored on.
@@ -24,7 +24,7 @@ SYNTHETIC_TRAIN_ROWS = 2000
 
 
 def carve_validation(rows: list[dict[str, Any]], n: int, seed: int, *, where: str,
-                     setting: str = "heldout_samples") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                     setting: str = "eval_samples") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(train, validation)``: ``rows`` shuffled with ``seed``, the first ``n`` the validation slice (none for 0)."""
     from agentic_rl.errors import ConfigError
 
@@ -38,20 +38,20 @@ def carve_validation(rows: list[dict[str, Any]], n: int, seed: int, *, where: st
     return rows[n:], rows[:n]
 
 
-def training_and_validation_rows(source: str, split: str, *, seed: int, heldout_samples: int,
+def training_and_validation_rows(source: str, split: str, *, seed: int, eval_samples: int,
                                  synthetic_train_size: int | None = None, **load_options: Any,
                                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Task rows of ``source``'s training ``split`` as ``(train, validation)`` (see :func:`carve_validation`).
 
-    The synthetic task is generated with ``heldout_samples`` rows more than ``synthetic_train_size``, so carving the
+    The synthetic task is generated with ``eval_samples`` rows more than ``synthetic_train_size``, so carving the
     slice does not shrink the training set. ``load_options`` go to :func:`agentic_rl.data.load_task_dataset`
     (column mapping, ``synthetic_seed``, ...)."""
     from agentic_rl.data import load_task_dataset
 
     if source.startswith("synthetic"):
-        load_options["synthetic_train_size"] = (synthetic_train_size or SYNTHETIC_TRAIN_ROWS) + heldout_samples
+        load_options["synthetic_train_size"] = (synthetic_train_size or SYNTHETIC_TRAIN_ROWS) + eval_samples
     rows = load_task_dataset(source, split=split, seed=seed, **load_options).to_list()
-    return carve_validation(rows, heldout_samples, seed, where=f"{source}:{split}")
+    return carve_validation(rows, eval_samples, seed, where=f"{source}:{split}")
 
 
 def score_heldout(model: Any, tokenizer: Any, rows: list[dict[str, Any]], *, max_new_tokens: int,

@@ -141,11 +141,11 @@ _TRL_ONLY_GENERATION = ("generation_kwargs", "repetition_penalty", "min_p", "cac
 PRESETS: dict[str, dict[str, Any]] = {
     "default": dict(learning_rate=1e-5, full_learning_rate=3e-6, max_steps=300, num_generations=8, batch_size=16,
                     gradient_accumulation_steps=4, max_completion_length=256, temperature=0.9,
-                    heldout_every=50, heldout_samples=100, save_steps=50, lora_r=16, lora_alpha=32,
+                    heldout_every=50, eval_samples=100, save_steps=50, lora_r=16, lora_alpha=32,
                     generation_backend="trl"),
     "tiny": dict(learning_rate=3e-4, full_learning_rate=3e-5, max_steps=40, num_generations=8, batch_size=64,
                  gradient_accumulation_steps=1, max_completion_length=64, temperature=1.0,
-                 heldout_every=10, heldout_samples=64, save_steps=20, lora_r=64, lora_alpha=128,
+                 heldout_every=10, eval_samples=64, save_steps=20, lora_r=64, lora_alpha=128,
                  generation_backend="compact"),
 }
 
@@ -162,7 +162,9 @@ class GRPOConfig(EnvironmentSettings):
                      "'tiny' (the embedded model on CPU)", choices=list(PRESETS))
     dataset: str = setting("synthetic", "prompts with ground truth: 'synthetic', a hub id, or a local file/folder")
     split: str = setting("train", "dataset split used for training prompts")
-    max_train_samples: int | None = setting(None, "use at most this many training prompts (default: all)")
+    max_train_samples: int | None = setting(None, "use at most this many training prompts (default: all; the "
+                                            "synthetic task generates this many, default 2000)")
+    synthetic_seed: int = setting(0, "seed of the synthetic task (same for all stages)")
     question_field: str | None = setting(None, "custom datasets: column holding the question")
     answer_field: str | None = setting(None, "custom datasets: column holding the reference solution")
     ground_truth_field: str | None = setting(None, "custom datasets: column holding the final answer")
@@ -176,7 +178,8 @@ class GRPOConfig(EnvironmentSettings):
                               "directory is an error)")
 
     # --- what is trained ------------------------------------------------------------------------------------------
-    full: bool = setting(False, "full fine-tuning instead of LoRA (the reference is then a second copy of the model)")
+    full: bool = setting(False, "full fine-tuning instead of LoRA (this stage trains a LoRA adapter by default; with "
+                         "full, the reference is a second copy of the model)")
     lora_r: int | None = setting(None, "LoRA rank")
     lora_alpha: int | None = setting(None, "LoRA alpha (scale = alpha / r)")
     lora_dropout: float = setting(0.0, "LoRA dropout")
@@ -252,7 +255,7 @@ class GRPOConfig(EnvironmentSettings):
 
     # --- held-out evaluation and checkpoints ---------------------------------------------------------------------
     heldout_every: int | None = setting(None, "greedy held-out evaluation every N steps (0 = off)")
-    heldout_samples: int | None = setting(None, "held-out problems per evaluation: the validation slice carved out of "
+    eval_samples: int | None = setting(None, "held-out problems per evaluation: the validation slice carved out of "
                                           "the training split, never trained on (with heldout_every 0 and this "
                                           "unset, none)")
     heldout_dataset: str | None = setting(None, "held-out source (default: same as dataset)")
@@ -268,8 +271,8 @@ class GRPOConfig(EnvironmentSettings):
         if self.preset not in PRESETS:
             raise ConfigError(f"preset must be one of {', '.join(PRESETS)}; got {self.preset!r}")
         preset = PRESETS[self.preset]
-        if self.heldout_samples is None and self.heldout_every == 0:
-            self.heldout_samples = 0  # checks off and no slice asked for: nothing is held out of training
+        if self.eval_samples is None and self.heldout_every == 0:
+            self.eval_samples = 0  # checks off and no slice asked for: nothing is held out of training
         if self.generation_backend is None and (self.use_vllm or self.algorithm == "rloo"):
             self.generation_backend = "trl"  # vLLM / RLOO's trainer generate; the preset's choice is for GRPO
         for name, value in preset.items():
@@ -293,7 +296,7 @@ class GRPOConfig(EnvironmentSettings):
         check_range(self, ("max_steps", "batch_size", "gradient_accumulation_steps", "max_completion_length",
                            "num_iterations", "logging_steps", "save_steps", "save_total_limit", "max_train_samples",
                            "generation_batch_size", "steps_per_generation", "completions_per_log"), 1)
-        check_range(self, ("heldout_every", "heldout_samples"), 0)  # 0: no held-out evaluation
+        check_range(self, ("heldout_every", "eval_samples"), 0)  # 0: no held-out evaluation
         check_range(self, ("completions_every", "top_k", "kl_warmup_steps"), 0)
         check_range(self, ("learning_rate", "temperature", "epsilon_high", "kl_high"), 0, low_open=True)
         check_range(self, "epsilon", 0, 1, low_open=True, high_open=True)
@@ -301,7 +304,7 @@ class GRPOConfig(EnvironmentSettings):
         check_range(self, ("warmup_ratio", "collapse_fraction", "truncated_high"), 0, 1)
         check_range(self, "lora_dropout", 0, 1, high_open=True)
         check_range(self, ("top_p", "vllm_gpu_memory_utilization"), 0, 1, low_open=True)
-        check_range(self, "seed", *SEED_RANGE)
+        check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
         if self.use_vllm and importlib.util.find_spec("vllm") is None:
             raise ConfigError("use_vllm needs vLLM, which is not installed: pip install -e '.[vllm]' (GPU), "
                               "or drop --use-vllm to generate with transformers")
@@ -458,18 +461,18 @@ def load_data(config: GRPOConfig, env: Any = None):
 
     system_prompt = (environment_system_prompt(config.system_prompt, env) if env is not None
                      else resolve_system_prompt(config.system_prompt))
-    n_heldout = config.heldout_samples or 0
+    n_heldout = config.eval_samples or 0
     carve = n_heldout > 0 and config.heldout_split == config.split and config.heldout_dataset in (None, config.dataset)
     columns: dict[str, Any] = {"question_field": config.question_field, "answer_field": config.answer_field,
                                "ground_truth_field": config.ground_truth_field}
-    extra: dict[str, Any] = dict(columns)
+    extra: dict[str, Any] = {**columns, "synthetic_seed": config.synthetic_seed}
     if config.dataset.startswith("synthetic"):
         extra["synthetic_train_size"] = config.max_train_samples
         # Training questions never include any of the first SYNTHETIC_TEST_GUARD test questions (the synthetic test
         # split of any size up to that is a prefix of the same stream), whatever test size evaluation uses.
         extra["synthetic_test_size"] = SYNTHETIC_TEST_GUARD
     train_rows, held_rows = training_and_validation_rows(config.dataset, config.split, seed=config.seed,
-                                                         heldout_samples=n_heldout if carve else 0, **extra)
+                                                         eval_samples=n_heldout if carve else 0, **extra)
     rows = to_rl_dataset(train_rows, system_prompt).to_list()
     heldout = to_rl_dataset(held_rows, system_prompt).to_list() if carve else None
     if n_heldout and not carve:  # an explicit other source: the user's choice (the test split is warned about)
@@ -478,7 +481,7 @@ def load_data(config: GRPOConfig, env: Any = None):
             warn(f"heldout_split 'test': best/ and the held-out curve are chosen on the test split that the final "
                  f"evaluation reports; leave heldout_split at '{config.split}' for a validation slice of it")
         held = load_task_dataset(source, split=config.heldout_split, seed=config.seed, max_samples=n_heldout,
-                                 **(columns if source == config.dataset else {}))
+                                 synthetic_seed=config.synthetic_seed, **(columns if source == config.dataset else {}))
         heldout = to_rl_dataset(held, system_prompt).to_list()
     if config.max_train_samples:
         rows = rows[:config.max_train_samples]

@@ -51,9 +51,9 @@ class PretrainConfig:
                 "number lists; for the agentic quickstart, whose tool calls copy numbers)",
         "choices": list(CORPORA)})
     exclude_test: int = field(default=1000, metadata={
-        "help": "keep the first N held-out synthetic test questions (data_seed) out of the corpus"})
-    data_seed: int = field(default=0, metadata={"help": "seed of the synthetic task split whose test questions are "
-                                                        "excluded (the evaluation split's seed)"})
+        "help": "keep the first N held-out synthetic test questions (synthetic_seed) out of the corpus"})
+    synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic task whose test questions are "
+                                                             "excluded (same for all stages)"})
     model_preset: str = field(default="tiny", metadata={"help": "model size preset",
                                                         "choices": ["micro", "tiny", "small"]})
     hidden_size: int | None = field(default=None, metadata={"help": "override the preset's hidden size"})
@@ -97,7 +97,7 @@ class PretrainConfig:
         check_range(self, ("learning_rate", "epochs"), 0, low_open=True)
         check_range(self, "warmup_ratio", 0, 1)
         check_range(self, "weight_decay", 0)
-        check_range(self, ("seed", "data_seed"), *SEED_RANGE)
+        check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -111,9 +111,9 @@ def build_corpus(config: PretrainConfig) -> list[str]:
     test_questions = []
     copy_lines = int(round(config.corpus_lines * CORPORA[config.corpus]))
     if config.exclude_test:
-        test_questions = evaluation_questions("synthetic", config.exclude_test, config.data_seed)
+        test_questions = evaluation_questions("synthetic", config.exclude_test, config.synthetic_seed)
         if copy_lines:  # the copy lines also hold multiplication problems: keep that task's test split out too
-            test_questions += evaluation_questions("synthetic:multiplication", config.exclude_test, config.data_seed)
+            test_questions += evaluation_questions("synthetic:multiplication", config.exclude_test, config.synthetic_seed)
     lines = arithmetic_corpus(config.corpus_lines - copy_lines, config.seed, exclude=test_questions)
     if copy_lines:
         lines += copy_corpus(copy_lines, config.seed, exclude=test_questions)
@@ -121,12 +121,12 @@ def build_corpus(config: PretrainConfig) -> list[str]:
     return lines
 
 
-def evaluation_questions(source: str, n: int, data_seed: int) -> list[str]:
+def evaluation_questions(source: str, n: int, synthetic_seed: int) -> list[str]:
     """The first ``n`` test questions of a synthetic source exactly as the stages load them (same task knobs, same
     seed), so that what pretraining leaves out is what evaluation asks."""
     from agentic_rl.data.custom import load_task_dataset
 
-    rows = load_task_dataset(source, "test", synthetic_seed=data_seed, synthetic_test_size=n).to_list()
+    rows = load_task_dataset(source, "test", synthetic_seed=synthetic_seed, synthetic_test_size=n).to_list()
     return [r["question"] for r in rows]
 
 

@@ -51,6 +51,8 @@ ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 SFT_OUTPUTS = ("checkpoints", "adapter", "merged", "metrics.json", "log_history.json", "tensorboard")
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
+#: Rows the synthetic task generates for SFT when max_train_samples is unset.
+SYNTHETIC_TRAIN_ROWS = 5000
 
 
 @dataclass
@@ -67,17 +69,19 @@ class SFTConfig(EnvironmentSettings):
         "help": "custom datasets: column holding the reference solution (steps and a final '#### N' or number)"})
     ground_truth_field: str | None = field(default=None, metadata={
         "help": "custom datasets: column holding the final answer"})
-    max_samples: int | None = field(default=None, metadata={"help": "use at most N training rows (random, seed)"})
-    heldout_samples: int = field(default=0, metadata={
-        "help": "validation problems carved out of the training split (seeded) and never trained on; tune scores "
-                "its trials on them (0 = none)"})
-    synthetic_train_size: int = field(default=5000, metadata={"help": "rows in the synthetic train split"})
+    max_train_samples: int | None = field(default=None, metadata={
+        "help": "use at most N training rows (random, seed); the synthetic task generates this many (default "
+                f"{SYNTHETIC_TRAIN_ROWS})"})
+    eval_samples: int = field(default=0, metadata={
+        "help": "held-out problems carved out of the training split (seeded) as a validation slice, never trained "
+                "on; tune scores its trials on them (0 = none)"})
     synthetic_test_size: int = field(default=SYNTHETIC_TEST_SIZE, metadata={
         "help": "rows in the synthetic test split (kept out of training; match the evaluation's)"})
     synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic task (same for all stages)"})
     output_dir: str | None = field(default=None, metadata={"help": "run directory (default runs/sft)"})
     seed: int = field(default=0, metadata={"help": "random seed (sampling, LoRA init, data order)"})
-    full: bool = field(default=False, metadata={"help": "full fine-tuning instead of LoRA"})
+    full: bool = field(default=False, metadata={"help": "full fine-tuning instead of LoRA (this stage trains a LoRA "
+                                                        "adapter by default)"})
     lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (the update is scaled by alpha / r)"})
     lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input"})
@@ -154,8 +158,8 @@ class SFTConfig(EnvironmentSettings):
             check_range(self, ("lora_r", "lora_alpha"), 1)
         check_range(self, "lora_dropout", 0, 1, high_open=True)
         check_range(self, ("batch_size", "gradient_accumulation_steps", "save_steps", "save_total_limit",
-                           "logging_steps", "max_samples", "synthetic_train_size"), 1)
-        check_range(self, "heldout_samples", 0)
+                           "logging_steps", "max_train_samples"), 1)
+        check_range(self, "eval_samples", 0)
         check_range(self, "synthetic_test_size", 0)
         check_range(self, "max_length", 16)
         check_range(self, ("weight_decay", "max_grad_norm"), 0)  # max_grad_norm 0: no clipping
@@ -177,7 +181,7 @@ def load_task_rows(config: SFTConfig):
 
 
 def _task_rows_and_validation(config: SFTConfig):
-    """``(train, validation)``: the training rows (a ``datasets.Dataset``) and the ``heldout_samples`` validation rows
+    """``(train, validation)``: the training rows (a ``datasets.Dataset``) and the ``eval_samples`` validation rows
     carved out of the split before them (:func:`agentic_rl.eval.validation.training_and_validation_rows`)."""
     from agentic_rl.data import load_task_dataset
     from agentic_rl.data.gsm8k import rows_to_dataset, sample_indices
@@ -186,17 +190,19 @@ def _task_rows_and_validation(config: SFTConfig):
     options = dict(question_field=config.question_field, answer_field=config.answer_field,
                    ground_truth_field=config.ground_truth_field, synthetic_seed=config.synthetic_seed,
                    synthetic_test_size=config.synthetic_test_size)
-    if not config.heldout_samples:
-        return load_task_dataset(config.dataset, config.split, max_samples=config.max_samples, seed=config.seed,
-                                 synthetic_train_size=config.synthetic_train_size, **options), []
+    synthetic_rows = config.max_train_samples or SYNTHETIC_TRAIN_ROWS
+    if not config.eval_samples:
+        return load_task_dataset(config.dataset, config.split, max_samples=config.max_train_samples, seed=config.seed,
+                                 synthetic_train_size=synthetic_rows, **options), []
     train, validation = training_and_validation_rows(config.dataset, config.split, seed=config.seed,
-                                                     heldout_samples=config.heldout_samples,
-                                                     synthetic_train_size=config.synthetic_train_size, **options)
-    return rows_to_dataset([train[i] for i in sample_indices(len(train), config.max_samples, config.seed)]), validation
+                                                     eval_samples=config.eval_samples,
+                                                     synthetic_train_size=synthetic_rows, **options)
+    rows = [train[i] for i in sample_indices(len(train), config.max_train_samples, config.seed)]
+    return rows_to_dataset(rows), validation
 
 
 def validation_rows(config: SFTConfig) -> list[dict[str, Any]]:
-    """The validation slice (``heldout_samples`` rows) as prompts the way this stage writes them: its system prompt,
+    """The validation slice (``eval_samples`` rows) as prompts the way this stage writes them: its system prompt,
     or with an environment the environment's."""
     from agentic_rl.data import to_rl_dataset
 
