@@ -234,3 +234,20 @@ def test_a_reward_spec_with_commas_given_as_one_yaml_string_stays_one_reward():
     assert config_from_dict(GRPOConfig, {"model": "m", "rewards": spec}).rewards == [spec]
     assert config_from_dict(GRPOConfig, {"model": "m", "report_to": "tensorboard,wandb"}).report_to == [
         "tensorboard", "wandb"]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_config_declares_its_fields_one_way(command):
+    """``name: T = setting(default, help, ...)`` in every config class (and the classes it inherits settings from)."""
+    import ast
+    import inspect
+
+    for klass in _stage_configs()[command].__mro__:
+        if not dataclasses.is_dataclass(klass):
+            continue
+        body = ast.parse(inspect.getsource(klass)).body[0].body
+        declared = {stmt.target.id: stmt.value.func.id for stmt in body
+                    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.value, ast.Call)
+                    and isinstance(stmt.value.func, ast.Name)}
+        other = {name: how for name, how in declared.items() if how != "setting"}
+        assert declared and not other, f"{klass.__name__}: {other} are not declared with setting(...)"

@@ -69,13 +69,13 @@ import os
 import socket
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import yaml
 
-from agentic_rl.config import SEED_RANGE, check_range, config_from_dict, config_to_dict, read_yaml
+from agentic_rl.config import SEED_RANGE, check_range, config_from_dict, config_to_dict, read_yaml, setting
 from agentic_rl.errors import ConfigError, TrainingError
 from agentic_rl.utils import free_memory, log, run_dir, warn, write_json
 
@@ -92,47 +92,41 @@ _DATA_KEYS = ("dataset", "split", "seed", "eval_samples", "question_field", "ans
 
 @dataclass
 class TuneConfig:
-    stage: str = field(default="sft", metadata={"help": "the stage to tune", "choices": list(STAGES)})
-    search: str = field(default="bayes", metadata={
-        "help": "grid (Cartesian product), random (independent samples) or bayes (TPE)", "choices": list(SEARCHES)})
-    trials: int | None = field(default=None, metadata={
-        "help": "finished trials wanted in the whole study, all workers together (default: the grid size for grid "
-                "search, else 20)"})
-    space: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "search space: stage key -> spec, e.g. {learning_rate: 'loguniform(1e-6, 1e-4)', lora_r: [8, 16]}"})
-    params: list[str] = field(default_factory=list, metadata={
-        "help": "one search-space entry NAME=SPEC, e.g. 'beta=choice(0.01,0.05,0.1)' (overrides `space`)",
-        "flag": "param"})
-    base_config: str | None = field(default=None, metadata={
-        "help": "YAML with the stage's settings: a stage file, or a pipeline file (its stage section and its "
-                "model/dataset/seed are used)"})
-    fixed: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "stage settings applied to every trial, over base_config (e.g. {max_train_samples: 256})"})
-    budget_steps: int | None = field(default=None, metadata={
-        "help": "training steps per trial (sets the stage's max_steps); the short, fixed budget every trial gets"})
-    objective: str = field(default="accuracy", metadata={
-        "help": "what a trial maximises on held-out problems: accuracy (greedy, strict answer match) or reward "
-                "(mean of the stage's reward functions on the same completions)", "choices": ["accuracy", "reward"]})
-    eval_samples: int = field(default=64, metadata={"help": "held-out problems each trial is scored on"})
-    eval_split: str | None = field(default=None, metadata={
-        "help": "split the held-out problems come from (default: a validation slice carved out of the stage's "
-                "training split, never trained on; 'test' leaks the test set into the choice and warns)"})
-    max_new_tokens: int = field(default=256, metadata={"help": "generation length when scoring a trial"})
-    prune: bool = field(default=True, metadata={"help": "stop hopeless trials early (MedianPruner)"})
-    prune_every: int | None = field(default=None, metadata={
-        "help": "steps between intermediate held-out scores (default: a quarter of the budget)"})
-    prune_samples: int = field(default=16, metadata={"help": "held-out problems each intermediate score uses"})
-    prune_startup_trials: int = field(default=3, metadata={
-        "help": "trials that always run to the end before pruning starts"})
-    storage: str | None = field(default=None, metadata={
-        "help": "Optuna RDB URL shared by workers (default: sqlite:///<output_dir>/study.db)"})
-    study_name: str | None = field(default=None, metadata={"help": "study name in the storage (default: tune-<stage>)"})
-    output_dir: str | None = field(default=None, metadata={"help": "run directory (default: runs/tune-<stage>)"})
-    seed: int | None = field(default=None, metadata={
-        "help": "seed of the sampler and of every trial's training (default: the base config's seed, else 0)"})
-    keep_models: bool = field(default=False, metadata={
-        "help": "keep every trial's weights in trials/<study>/<n>/ (default: only configs, metrics and logs are "
-                "kept)"})
+    stage: str = setting("sft", "the stage to tune", choices=list(STAGES))
+    search: str = setting("bayes", "grid (Cartesian product), random (independent samples) or bayes (TPE)",
+                                   choices=list(SEARCHES))
+    trials: int | None = setting(None, "finished trials wanted in the whole study, all workers together (default: the "
+                                       "grid size for grid search, else 20)")
+    space: dict[str, Any] = setting({}, "search space: stage key -> spec, e.g. {learning_rate: 'loguniform(1e-6, "
+                                        "1e-4)', lora_r: [8, 16]}")
+    params: list[str] = setting([], "one search-space entry NAME=SPEC, e.g. 'beta=choice(0.01,0.05,0.1)' (overrides "
+                                    "`space`)", flag="param")
+    base_config: str | None = setting(None, "YAML with the stage's settings: a stage file, or a pipeline file (its "
+                                            "stage section and its model/dataset/seed are used)")
+    fixed: dict[str, Any] = setting({}, "stage settings applied to every trial, over base_config (e.g. "
+                                        "{max_train_samples: 256})")
+    budget_steps: int | None = setting(None, "training steps per trial (sets the stage's max_steps); the short, fixed "
+                                             "budget every trial gets")
+    objective: str = setting("accuracy", "what a trial maximises on held-out problems: accuracy (greedy, strict "
+                                         "answer match) or reward (mean of the stage's reward functions on the same "
+                                         "completions)", choices=["accuracy", "reward"])
+    eval_samples: int = setting(64, "held-out problems each trial is scored on")
+    eval_split: str | None = setting(None, "split the held-out problems come from (default: a validation slice carved "
+                                           "out of the stage's training split, never trained on; 'test' leaks the "
+                                           "test set into the choice and warns)")
+    max_new_tokens: int = setting(256, "generation length when scoring a trial")
+    prune: bool = setting(True, "stop hopeless trials early (MedianPruner)")
+    prune_every: int | None = setting(None, "steps between intermediate held-out scores (default: a quarter of the "
+                                            "budget)")
+    prune_samples: int = setting(16, "held-out problems each intermediate score uses")
+    prune_startup_trials: int = setting(3, "trials that always run to the end before pruning starts")
+    storage: str | None = setting(None, "Optuna RDB URL shared by workers (default: sqlite:///<output_dir>/study.db)")
+    study_name: str | None = setting(None, "study name in the storage (default: tune-<stage>)")
+    output_dir: str | None = setting(None, "run directory (default: runs/tune-<stage>)")
+    seed: int | None = setting(None, "seed of the sampler and of every trial's training (default: the base config's "
+                                     "seed, else 0)")
+    keep_models: bool = setting(False, "keep every trial's weights in trials/<study>/<n>/ (default: only configs, "
+                                       "metrics and logs are kept)")
 
     def __post_init__(self) -> None:
         check_range(self, ("trials", "budget_steps", "eval_samples", "prune_samples", "prune_every",
@@ -389,9 +383,9 @@ def base_values(config: TuneConfig, cls: type) -> dict[str, Any]:
         values["max_steps"] = config.budget_steps
     if config.eval_split is None:  # the trial's stage holds out the validation slice it is scored on
         if values.get("eval_samples") not in (None, config.eval_samples):
-            raise ConfigError(f"the stage's eval_samples ({values['eval_samples']}) is set per trial by tune to its own "
-                              f"eval_samples ({config.eval_samples}), the validation problems trials are scored on; "
-                              "remove it from the stage's settings")
+            raise ConfigError(f"the stage's eval_samples ({values['eval_samples']}) is set per trial by tune to its "
+                              f"own eval_samples ({config.eval_samples}), the validation problems trials are scored "
+                              "on; remove it from the stage's settings")
         values["eval_samples"] = config.eval_samples
     elif config.eval_split == "test":
         warn("eval_split 'test': trials are scored on the test split, so the final test score is no longer a fair "
