@@ -300,6 +300,27 @@ def test_trl_shaped_class_in_a_rollout(tokenizer, monkeypatch):
     assert not traj.correct  # ground truth 1081 is the row's; "7" is not it
 
 
+def test_an_exception_in_a_user_environments_reset_is_a_one_line_error(tokenizer):
+    class Broken(Warehouse):
+        def reset(self, **row):
+            return row["sku"]
+
+    class Plain:  # our Environment API: reset(task) and step(text)
+        def reset(self, task):
+            raise RuntimeError("inventory offline")
+
+        def step(self, text):
+            raise AssertionError("never reached")
+
+    task = agent_rows([ROW])[0]
+    columns = ", ".join(task)
+    with pytest.raises(DataError, match=rf"^Broken\.reset\(\) raised KeyError: 'sku' \(task columns: {columns}\)$"):
+        run_episodes(None, tokenizer, [environment_factory(Broken, {})()], [task], [task["prompt"]],
+                     RolloutSettings(max_turn_tokens=8, max_completion_length=50))
+    with pytest.raises(DataError, match=r"^Plain\.reset\(\) raised RuntimeError: inventory offline"):
+        environment_examples(tokenizer, Plain(), [task])
+
+
 @pytest.mark.parametrize("reward, shown", [(math.nan, "nan"), ("high", "'high'"), (True, "True")])
 def test_get_reward_must_return_a_finite_number(reward, shown):
     class Scored(Warehouse):

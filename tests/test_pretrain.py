@@ -39,7 +39,12 @@ def test_copy_corpus_option_adds_copy_lines_and_keeps_both_test_splits_out(monke
 
     monkeypatch.setattr(synthetic, "copy_corpus", recording)
     lines = build_corpus(PretrainConfig(corpus_lines=2000, exclude_test=300, corpus="arithmetic+copy"))
+    # copy_fraction 0.75: 1500 copy lines, a third of them number lists
     assert len(lines) == 2000 and sum(" -> " in line for line in lines) == 500
+    assert sum(" = " in line for line in lines) == sum(" = " in line for line in arithmetic_corpus(500, 0))
+    half = build_corpus(PretrainConfig(corpus_lines=2000, exclude_test=300, corpus="arithmetic+copy",
+                                       copy_fraction=0.5))
+    assert sum(" -> " in line for line in half) == 333
     # What is left out is exactly what the stages evaluate on (the same sources, task knobs and seed).
     evaluated = {r["question"] for source in ("synthetic", "synthetic:multiplication")
                  for r in load_task_dataset(source, "test", synthetic_test_size=300).to_list()}
@@ -49,6 +54,8 @@ def test_copy_corpus_option_adds_copy_lines_and_keeps_both_test_splits_out(monke
     assert not questions & evaluated
     with pytest.raises(ConfigError, match="corpus must be one of"):
         PretrainConfig(corpus="copy")
+    with pytest.raises(ConfigError, match="copy_fraction"):
+        PretrainConfig(corpus="arithmetic+copy", copy_fraction=1.5)
 
 
 def test_pack_blocks_are_full_length(tiny_model_dir):

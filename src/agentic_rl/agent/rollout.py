@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from agentic_rl.agent.env import Environment, trajectory_return
 from agentic_rl.agent.tool_format import OBSERVATION_ROLES, ChatFormat
-from agentic_rl.errors import DataError
+from agentic_rl.errors import AgenticRLError, DataError
 
 
 @dataclass
@@ -103,6 +103,19 @@ def _decode_turn(tokenizer, ids: list[int], fmt: ChatFormat) -> str:
 # The episode loop
 # ---------------------------------------------------------------------------------------------------------------
 
+def reset_episode(env: Environment, task: dict[str, Any]) -> Any:
+    """``env.reset(task)``, with an exception raised by the environment's own code turned into a one-line error that
+    names its class and the task's columns (a user's environment is plugged in by name; its bug is not ours)."""
+    try:
+        return env.reset(task)
+    except AgenticRLError:
+        raise
+    except Exception as exc:
+        name = type(getattr(env, "obj", env)).__name__  # a TRL-shaped class is wrapped: name the user's class
+        raise DataError(f"{name}.reset() raised {type(exc).__name__}: {exc} (task columns: "
+                        f"{', '.join(map(str, task))})") from None
+
+
 def prompt_with_observation(prompt: list[dict[str, Any]], observation: Any) -> list[dict[str, Any]]:
     """``prompt`` with a reset observation (a string) appended to its last user message, as TRL does; a new list
     (the task's prompt is not changed). None leaves the prompt as it is."""
@@ -127,7 +140,7 @@ def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else fmt.end_of_turn_id
     trajectories = []
     for env, task, prompt in zip(envs, tasks, prompts):
-        prompt = prompt_with_observation(prompt, env.reset(task))
+        prompt = prompt_with_observation(prompt, reset_episode(env, task))
         tools = env.tool_schemas() if settings.tools_in_prompt else None
         trajectories.append(Trajectory(prompt_ids=fmt.prompt_ids(prompt, tools)))
 

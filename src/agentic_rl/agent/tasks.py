@@ -27,7 +27,7 @@ import re
 from typing import Any
 
 from agentic_rl.agent.reference import ground_truth_of, solution_steps
-from agentic_rl.agent.rollout import encode_episode, prompt_with_observation
+from agentic_rl.agent.rollout import encode_episode, prompt_with_observation, reset_episode
 from agentic_rl.agent.tool_format import ChatFormat, render_tool_call, tool_message
 from agentic_rl.data.formats import SYSTEM_PROMPT, build_prompt, format_solution
 from agentic_rl.errors import DataError
@@ -115,7 +115,7 @@ def environment_examples(tokenizer, env, tasks: list[dict[str, Any]], tools_in_p
     for i, task in enumerate(tasks):
         if "prompt" not in task:
             raise DataError(f"task row {i} has no 'prompt'")
-        prompt = prompt_with_observation(task["prompt"], env.reset(task))
+        prompt = prompt_with_observation(task["prompt"], reset_episode(env, task))
         tools = env.tool_schemas() if tools_in_prompt else None
         examples.append(_labelled(fmt, prompt, env.demonstration(task), tools))
     return examples

@@ -479,7 +479,7 @@ def arithmetic_corpus(n_lines: int, seed: int = 0, *, max_operand: int = 99, max
     return [line for block in blocks for line in block]
 
 
-def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 0.5,
+def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
                 exclude: Iterable[str] = ()) -> list[str]:
     """Plain-text pretraining lines that can only be predicted by copying numbers seen earlier in the line.
 

@@ -32,8 +32,8 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
 
-#: Pretraining corpora (``PretrainConfig.corpus``) and the share of copy lines in each.
-CORPORA = {"arithmetic": 0.0, "arithmetic+copy": 0.5}
+#: Pretraining corpora (``PretrainConfig.corpus``).
+CORPORA = ("arithmetic", "arithmetic+copy")
 
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 PRETRAIN_OUTPUTS = ("checkpoints", "tokenizer", "model", "metrics.json", "log_history.json", "tensorboard")
@@ -46,9 +46,13 @@ class PretrainConfig:
     seed: int = setting(0, "random seed (corpus, initialisation, data order)")
     corpus_lines: int = setting(40000, "lines of synthetic pretraining text")
     corpus: str = setting("arithmetic", "pretraining text: 'arithmetic' (facts, chains, question sentences) or "
-                                        "'arithmetic+copy' (half of the lines replaced by copy lines: questions "
-                                        "followed by their calculator expressions, repeated number lists; for the "
-                                        "agentic quickstart, whose tool calls copy numbers)", choices=list(CORPORA))
+                                        "'arithmetic+copy' (a share copy_fraction of the lines replaced by copy "
+                                        "lines: questions followed by their calculator expressions, repeated number "
+                                        "lists; for the agentic quickstart, whose tool calls copy numbers)",
+                                        choices=list(CORPORA))
+    copy_fraction: float = setting(0.75, "with corpus 'arithmetic+copy': share of the lines that are copy lines (two "
+                                         "thirds of them questions with their expressions, one third repeated number "
+                                         "lists)")
     exclude_test: int = setting(1000, "keep the first N held-out synthetic test questions (synthetic_seed) out of the "
                                       "corpus")
     synthetic_seed: int = setting(0, "seed of the synthetic task whose test questions are excluded (same for all "
@@ -90,7 +94,7 @@ class PretrainConfig:
 
         check_range(self, "vocab_size", 256 + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS) + 1)  # bytes + chat/tool tokens
         check_range(self, ("learning_rate", "epochs"), 0, low_open=True)
-        check_range(self, "warmup_ratio", 0, 1)
+        check_range(self, ("warmup_ratio", "copy_fraction"), 0, 1)
         check_range(self, "weight_decay", 0)
         check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
 
@@ -104,7 +108,7 @@ def build_corpus(config: PretrainConfig) -> list[str]:
     from agentic_rl.data.synthetic import arithmetic_corpus, copy_corpus
 
     test_questions = []
-    copy_lines = int(round(config.corpus_lines * CORPORA[config.corpus]))
+    copy_lines = int(round(config.corpus_lines * config.copy_fraction)) if config.corpus == "arithmetic+copy" else 0
     if config.exclude_test:
         test_questions = evaluation_questions("synthetic", config.exclude_test, config.synthetic_seed)
         if copy_lines:  # the copy lines also hold multiplication problems: keep that task's test split out too
