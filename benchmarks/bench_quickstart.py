@@ -27,7 +27,7 @@ def sampled_accuracy(model_dir: str, eval_samples: int, seed: int, samples: int,
                      system_prompt: str | None) -> float:
     from agentic_rl.eval import evaluate_model
 
-    metrics = evaluate_model(model_dir, "synthetic", split="test", max_samples=eval_samples, seed=seed,
+    metrics = evaluate_model(model_dir, "synthetic", split="test", eval_samples=eval_samples, seed=seed,
                              num_samples=samples, temperature=temperature, max_new_tokens=64,
                              system_prompt=system_prompt)
     return metrics["pass@1"] if "pass@1" in metrics else metrics["accuracy_strict"]

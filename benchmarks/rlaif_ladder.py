@@ -56,7 +56,7 @@ MINI_BASE = {
     "evaluate_stages": False,
     "pretrain": {"model_preset": "micro", "corpus_lines": 2000, "vocab_size": 512, "max_steps": 60, "batch_size": 8,
                  "seq_length": 64},
-    "sft": {"full": True, "learning_rate": 1e-3, "max_steps": 300, "batch_size": 16, "synthetic_train_size": 4000,
+    "sft": {"full": True, "learning_rate": 1e-3, "max_steps": 300, "batch_size": 16, "max_train_samples": 4000,
             "logging_steps": 20, "save_steps": 300},
 }
 
@@ -159,7 +159,7 @@ def main() -> None:
 
     models = [args.sft_model, grpo["grpo_rm"]["model_dir"], grpo["grpo_verifier"]["model_dir"]]
     ev = timed("eval", run_eval, config_from_dict(EvalConfig, dict(
-        models=models, dataset="synthetic", split="test", max_samples=args.eval_samples, seed=0,
+        models=models, dataset="synthetic", split="test", eval_samples=args.eval_samples, seed=0,
         max_new_tokens=args.max_new_tokens, system_prompt=args.system_prompt, output_dir=str(out / "eval"))))
     by_path = ev["models"]
 

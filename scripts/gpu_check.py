@@ -215,7 +215,7 @@ def check_sft(model_dir: Path, out: Path, args) -> dict:
     cfg = stage_config(SFTConfig, dict(model=str(model_dir), dataset="synthetic", output_dir=str(out / "sft"),
                                        max_steps=args.sft_steps, batch_size=args.sft_batch_size,
                                        gradient_accumulation_steps=1,
-                                       max_samples=args.sft_steps * args.sft_batch_size, dtype="auto",
+                                       max_train_samples=args.sft_steps * args.sft_batch_size, dtype="auto",
                                        lora_r=16, lora_alpha=32, lora_mlp=True, max_length=512, save_steps=10_000,
                                        report_to=["none"], logging_steps=1, seed=0))
     _reset_peak()

@@ -348,9 +348,9 @@ def test_sft_rows_split_into_tool_skip_tool_and_direct_demonstrations(tokenizer)
 
     def config(**fractions):
         return SFTConfig(model="m", environment="calculator", environment_args={"final_turn": "answer"},
-                         dataset="synthetic:multiplication", max_samples=20, synthetic_train_size=5000, **fractions)
+                         dataset="synthetic:multiplication", max_train_samples=20, **fractions)
 
-    rows = load_task_dataset("synthetic:multiplication", "train", max_samples=20, synthetic_train_size=5000).to_list()
+    rows = load_task_dataset("synthetic:multiplication", "train", synthetic_train_size=20).to_list()  # max_train_samples
     sft = config(direct_fraction=0.25, skip_tool_fraction=0.35)
     examples, counts = build_environment_dataset(sft, build_environment(sft), tokenizer)
     assert counts == {"environment": 8, "skip_tool": 7, "direct": 5} and len(examples) == 20

@@ -85,7 +85,7 @@ RANGE_CASES = [
     ("sft", "lora_dropout", 1.0), ("sft", "lora_alpha", 0), ("sft", "lora_r", 0),
     ("sft", "gradient_accumulation_steps", 0),
     ("sft", "logging_steps", 0), ("sft", "save_total_limit", 0), ("sft", "max_grad_norm", -1.0),
-    ("sft", "weight_decay", -1.0), ("sft", "max_samples", 0), ("sft", "seed", -1), ("sft", "synthetic_train_size", 0),
+    ("sft", "weight_decay", -1.0), ("sft", "max_train_samples", 0), ("sft", "seed", -1), ("sft", "eval_samples", -1),
     ("sft", "max_steps", 0), ("sft", "max_length", 8), ("sft", "answer_only_fraction", 1.5),
     ("grpo", "learning_rate", -1.0), ("grpo", "warmup_ratio", 2.0), ("grpo", "lora_dropout", 1.0),
     ("grpo", "epsilon", 0.0), ("grpo", "epsilon", 1.5), ("grpo", "epsilon_high", 0.0), ("grpo", "top_k", -1),
@@ -98,7 +98,7 @@ RANGE_CASES = [
     ("grpo", "select_samples", -1), ("grpo", "sft_loss_weight", -0.5), ("grpo", "select_candidates", 0),
     ("eval", "temperature", -1.0), ("eval", "top_p", 0.0), ("eval", "top_p", 1.5), ("eval", "num_examples", -1),
     ("eval", "max_new_tokens", 0), ("eval", "batch_size", 0), ("eval", "seed", -1), ("eval", "num_samples", 0),
-    ("eval", "max_samples", 0),
+    ("eval", "eval_samples", 0),
     # The environment settings (agent/settings.py), shared by sft, grpo and eval, and SFT's demonstration mix.
     ("sft", "max_turns", 0), ("sft", "max_tool_calls", -1), ("sft", "max_turn_tokens", 0),
     ("sft", "answer_reward", 0.0), ("sft", "tool_error_reward", 0.5), ("sft", "direct_fraction", 1.5),

@@ -92,7 +92,7 @@ def _one_error_line(capsys) -> str:
 
 @pytest.mark.parametrize("kind", list(DAMAGE))
 def test_eval_gives_one_line(damaged, kind, tmp_path, capsys):
-    code = main(["eval", str(damaged[kind]), "--max-samples", "2", "--max-new-tokens", "4",
+    code = main(["eval", str(damaged[kind]), "--eval-samples", "2", "--max-new-tokens", "4",
                  "--output-dir", str(tmp_path / "eval")])
     line = _one_error_line(capsys)
     assert code == 2 and DAMAGE[kind][1] in line, line
@@ -136,7 +136,7 @@ def damaged_adapter(tiny_model_dir, tmp_path_factory):
 
 @pytest.mark.parametrize("command", ["eval", "export"])
 def test_a_truncated_adapter_gives_one_line(damaged_adapter, command, tmp_path, capsys):
-    args = (["eval", str(damaged_adapter), "--max-samples", "2", "--output-dir", str(tmp_path / "e")]
+    args = (["eval", str(damaged_adapter), "--eval-samples", "2", "--output-dir", str(tmp_path / "e")]
             if command == "eval" else ["export", str(damaged_adapter), "--out", str(tmp_path / "x")])
     assert main(args) == 2
     assert "adapter_model.safetensors is damaged or incomplete" in _one_error_line(capsys)

@@ -73,7 +73,7 @@ def _assert_in_sync(ranks: list[dict]) -> None:
 
 @pytest.mark.slow
 def test_sft_two_processes_end_with_identical_weights(tmp_path, tiny_model_dir):
-    ranks = _launch(tmp_path, "sft", ["--model", str(tiny_model_dir), "--max-samples", "32", "--batch-size", "4",
+    ranks = _launch(tmp_path, "sft", ["--model", str(tiny_model_dir), "--max-train-samples", "32", "--batch-size", "4",
                                       "--max-steps", "3", "--learning-rate", "1e-3", "--report-to", "none",
                                       "--no-merge"])
     _assert_in_sync(ranks)

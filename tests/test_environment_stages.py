@@ -107,7 +107,7 @@ def test_sft_demonstrations_mix_environment_direct_and_skip_tool_rows(tiny_model
     from agentic_rl.train.sft import SFTConfig, build_environment_dataset
 
     config = config_from_dict(SFTConfig, dict(model=str(tiny_model_dir), environment="calculator",
-                                              dataset="synthetic:multiplication", max_samples=40,
+                                              dataset="synthetic:multiplication", max_train_samples=40,
                                               direct_fraction=0.25, skip_tool_fraction=0.25))
     _, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
     dataset, counts = build_environment_dataset(config, build_environment(config), tokenizer)
@@ -133,13 +133,13 @@ def test_a_user_environment_in_trls_shape_trains_two_grpo_steps_and_evaluates(ti
     result = grpo(config_from_dict(GRPOConfig, dict(
         model=str(tiny_model_dir), output_dir=str(tmp_path / "grpo"), environment=spec, max_steps=2,
         num_generations=2, batch_size=4, max_completion_length=24, max_turn_tokens=12, max_train_samples=8,
-        heldout_every=2, heldout_samples=2, learning_rate=0.05, report_to=["none"], save_steps=10)))
+        heldout_every=2, eval_samples=2, learning_rate=0.05, report_to=["none"], save_steps=10)))
     assert result["steps"] == 2 and (tmp_path / "grpo" / "merged" / "model.safetensors").is_file()
     rollouts = _rows(tmp_path / "grpo" / "rollouts.jsonl")
     assert len(rollouts) == 2 and {"tool_call_rate", "return"} <= set(rollouts[0])
     summary = evaluate(config_from_dict(EvalConfig, dict(
         models=[result["model_dir"]], output_dir=str(tmp_path / "eval"), environment=spec, dataset="synthetic",
-        max_samples=4, max_new_tokens=24, max_turn_tokens=12)))
+        eval_samples=4, max_new_tokens=24, max_turn_tokens=12)))
     metrics = next(iter(summary["results"].values()))
     assert metrics["num_prompts"] == 4 and {"accuracy", "accuracy_without_tools", "tool_call_rate"} <= set(metrics)
     episodes = _rows(tmp_path / "eval" / "episodes_with_tools.jsonl")
@@ -157,7 +157,7 @@ def test_eval_with_and_without_tools_reports_both_and_the_environment_statistics
 
     summary = evaluate(config_from_dict(EvalConfig, dict(
         models=[str(tiny_model_dir)], output_dir=str(tmp_path), environment="self_correct", max_turns=2,
-        dataset="synthetic", max_samples=3, max_new_tokens=128, max_turn_tokens=8)))
+        dataset="synthetic", eval_samples=3, max_new_tokens=128, max_turn_tokens=8)))
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics == json.loads(json.dumps(next(iter(summary["results"].values()))))
     with_tools, without = metrics["with_tools"], metrics["without_tools"]
@@ -215,7 +215,7 @@ def test_tune_scores_environment_trials_by_their_episodes(tiny_model_dir, tmp_pa
     assert len(scores) == 2 and result["best_value"] == max(s["accuracy"] for s in scores)
     for score in scores:  # scored in the environment: episode statistics, with tools only
         assert {"tool_call_rate", "turns_per_episode"} <= set(score["metrics"])
-        assert score["metrics"]["accuracy_without_tools"] is None and score["metrics"]["num_prompts"] == 2
+        assert "accuracy_without_tools" not in score["metrics"] and score["metrics"]["n"] == 2
 
 
 def test_rl_training_tool_trains_and_evaluates_in_an_environment(tiny_model_dir, tmp_path):
@@ -250,13 +250,13 @@ def test_the_readme_example_environment_trains_end_to_end(tiny_model_dir, tmp_pa
     (tmp_path / "my_envs.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    fewer = {"--max-steps": "2", "--max-samples": "3"}
+    fewer = {"--max-steps": "2", "--eval-samples": "3"}
     steps = []
     for line in commands.replace("\\\n", " ").splitlines():
         argv = line.split()[1:]
         argv = [fewer.get(argv[i - 1], a) if i else a for i, a in enumerate(argv)]
         argv = [str(tiny_model_dir) if a == "runs/quickstart/sft/merged" else a for a in argv]
-        extra = {"sft": ["--max-samples", "16", "--batch-size", "4", "--report-to", "none"],
+        extra = {"sft": ["--max-train-samples", "16", "--batch-size", "4", "--report-to", "none"],
                  "grpo": ["--max-train-samples", "8", "--batch-size", "4", "--num-generations", "2",
                           "--max-completion-length", "48", "--heldout-every", "0", "--report-to", "none"],
                  "eval": ["--max-new-tokens", "48", "--output-dir", "runs/my-eval"]}[argv[0]]

@@ -33,7 +33,7 @@ def varied_model(tiny_model_dir):
 
 
 def test_metrics_deterministic_across_two_runs(tiny_model_dir, varied_model, tmp_path):
-    kwargs = dict(max_samples=6, max_new_tokens=16, seed=3)
+    kwargs = dict(eval_samples=6, max_new_tokens=16, seed=3)
     a = evaluate_model(str(tiny_model_dir), "synthetic", **kwargs)
     b = evaluate_model(str(tiny_model_dir), "synthetic", **kwargs)
     assert _without_timing(a) == _without_timing(b)
@@ -52,7 +52,7 @@ def test_metrics_deterministic_across_two_runs(tiny_model_dir, varied_model, tmp
 
 def test_sampling_gives_pass_at_k_and_is_seeded(varied_model):
     model, tok = varied_model
-    kw = dict(max_samples=3, max_new_tokens=8, num_samples=4, temperature=1.0, seed=1, tokenizer=tok)
+    kw = dict(eval_samples=3, max_new_tokens=8, num_samples=4, temperature=1.0, seed=1, tokenizer=tok)
     a = evaluate_model(model, "synthetic", **kw)
     b = evaluate_model(model, "synthetic", **kw)
     assert _without_timing(a) == _without_timing(b)
@@ -62,7 +62,7 @@ def test_sampling_gives_pass_at_k_and_is_seeded(varied_model):
 
 
 def test_score_completions_hand_made(tmp_path):
-    config = EvalConfig(dataset="synthetic", max_samples=3, seed=0)
+    config = EvalConfig(dataset="synthetic", eval_samples=3, seed=0)
     rows = load_rows(config)
     prompts = [build_prompt(r["question"]) for r in rows]
     right = rows[0]["solution"]  # the reference in our format: correct, well formed
@@ -86,7 +86,7 @@ def test_score_completions_hand_made(tmp_path):
 def test_outputs_and_training_mode(varied_model, tmp_path):
     model, tok = varied_model
     model.train()
-    metrics = evaluate_model(model, "synthetic", tokenizer=tok, max_samples=4, max_new_tokens=8,
+    metrics = evaluate_model(model, "synthetic", tokenizer=tok, eval_samples=4, max_new_tokens=8,
                              output_dir=tmp_path / "run", name="varied")
     assert model.training
     model.eval()
@@ -115,13 +115,13 @@ def test_run_two_models_comparison_and_cli(tiny_model_dir, varied_model, tmp_pat
     model.save_pretrained(other)
     tok.save_pretrained(other)
     out = tmp_path / "cmp"
-    rc = main(["eval", str(tiny_model_dir), str(other), "--max-samples", "3", "--max-new-tokens", "6",
+    rc = main(["eval", str(tiny_model_dir), str(other), "--eval-samples", "3", "--max-new-tokens", "6",
                "--output-dir", str(out)])
     assert rc == 0
     table = (out / "comparison.md").read_text()
     assert "| varied |" in table and f"| {tiny_model_dir.name} |" in table
     assert (out / "varied" / "metrics.json").is_file() and (out / tiny_model_dir.name / "report.md").is_file()
-    result = run(EvalConfig(models=[str(other)], max_samples=2, max_new_tokens=4, output_dir=str(tmp_path / "one")))
+    result = run(EvalConfig(models=[str(other)], eval_samples=2, max_new_tokens=4, output_dir=str(tmp_path / "one")))
     assert result["results"]["varied"]["num_prompts"] == 2
     assert result["models"][str(other)] is result["results"]["varied"]
     assert (tmp_path / "one" / "metrics.json").is_file()
@@ -130,7 +130,7 @@ def test_run_two_models_comparison_and_cli(tiny_model_dir, varied_model, tmp_pat
 def test_cli_errors_are_one_line(capsys, tmp_path):
     from agentic_rl.cli import main
 
-    assert main(["eval", "--max-samples", "2"]) == 2
+    assert main(["eval", "--eval-samples", "2"]) == 2
     assert "error: give at least one model" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "missing"), "--num-samples", "4"]) == 2
     assert "needs --temperature" in capsys.readouterr().err
@@ -141,12 +141,12 @@ def test_unknown_keyword_and_missing_tokenizer(varied_model):
     with pytest.raises(ConfigError, match="max_sample"):
         evaluate_model(model, "synthetic", tokenizer=tok, max_sample=3)
     with pytest.raises(ConfigError, match="tokenizer"):
-        evaluate_model(model, "synthetic", max_samples=2)
+        evaluate_model(model, "synthetic", eval_samples=2)
 
 
 def test_local_gsm8k_rows_and_difficulty(gsm8k_dir, varied_model):
     model, tok = varied_model
-    metrics = evaluate_model(model, str(gsm8k_dir), tokenizer=tok, max_samples=5, max_new_tokens=4, seed=0)
+    metrics = evaluate_model(model, str(gsm8k_dir), tokenizer=tok, eval_samples=5, max_new_tokens=4, seed=0)
     assert metrics["num_prompts"] == 5
     assert sum(b["num_prompts"] for b in metrics["by_difficulty"].values()) == 5
     assert all(p["reference_steps"] >= 1 for p in metrics["predictions"])

@@ -181,7 +181,7 @@ def lora_run(tiny_model_dir, tmp_path_factory, recorder_module):
 
     out = tmp_path_factory.mktemp("grpo_lora")
     cfg = _config(tiny_model_dir, out, beta=0.2, rewards=[f"{recorder_module}:recording_reward:1.0"],
-                  heldout_every=1, heldout_samples=3, report_to=["tensorboard"])
+                  heldout_every=1, eval_samples=3, report_to=["tensorboard"])
     return cfg, run(cfg)
 
 
@@ -227,7 +227,7 @@ def _environment_start(model_dir: Path, out: Path, environment: str) -> Path:
     result = sft(config_from_dict(SFTConfig, dict(
         model=str(model_dir), output_dir=str(out), environment=environment,
         environment_args=case.get("environment_args", {}), dataset=case["dataset"], tools_in_prompt=False,
-        max_samples=256, max_steps=60, batch_size=8, full=True, learning_rate=3e-3, report_to="none",
+        max_train_samples=256, max_steps=60, batch_size=8, full=True, learning_rate=3e-3, report_to="none",
         save_steps=1000)))
     return Path(result["model_dir"])
 
@@ -244,7 +244,7 @@ def grpo_case(request, lora_run, tiny_model_dir, tmp_path_factory, recorder_modu
         cfg, result = lora_run
         return tiny_model_dir, cfg, result, {"rewards": [f"{recorder_module}:recording_reward"]}
     start = _environment_start(tiny_model_dir, tmp_path_factory.mktemp(f"sft_{environment}"), environment)
-    cfg = _config(start, tmp_path_factory.mktemp(f"grpo_{environment}"), beta=0.2, heldout_every=1, heldout_samples=3,
+    cfg = _config(start, tmp_path_factory.mktemp(f"grpo_{environment}"), beta=0.2, heldout_every=1, eval_samples=3,
                   report_to=["tensorboard"], **ENVIRONMENT_CASES[environment])
     return start, cfg, run(cfg), ENVIRONMENT_CASES[environment]
 
@@ -369,8 +369,8 @@ def test_system_prompt_setting_shapes_sft_grpo_and_held_out_prompts_alike():
     for setting, roles, system in ((None, ["system", "user"], SYSTEM_PROMPT), ("", ["user"], None),
                                    ("Answer briefly.", ["system", "user"], "Answer briefly.")):
         train, heldout = load_data(GRPOConfig(model="m", system_prompt=setting, max_train_samples=8,
-                                              heldout_every=5, heldout_samples=4))
-        sft = build_sft_dataset(SFTConfig(system_prompt=setting, synthetic_train_size=8))
+                                              heldout_every=5, eval_samples=4))
+        sft = build_sft_dataset(SFTConfig(system_prompt=setting, max_train_samples=8))
         for prompt in [r["prompt"] for r in train] + [r["prompt"] for r in heldout] + [r["prompt"] for r in sft]:
             assert [m["role"] for m in prompt] == roles
             assert (prompt[0]["content"] if system else None) == system

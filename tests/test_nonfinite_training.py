@@ -107,7 +107,7 @@ def test_sft_that_diverges_exits_non_zero_keeps_the_good_checkpoint_and_writes_n
     monkeypatch.setattr(monitoring.HealthCallback, "on_optimizer_step", poison.on_optimizer_step, raising=False)
     out = tmp_path / "run"
     code = main(["sft", "--model", str(tiny_model_dir), "--output-dir", str(out), "--max-steps", "6",
-                 "--save-steps", "2", "--max-samples", "48", "--synthetic-train-size", "200",
+                 "--save-steps", "2", "--max-train-samples", "48",
                  "--synthetic-test-size", "20", "--batch-size", "8", "--logging-steps", "1", "--report-to", "none",
                  "--max-length", "256"])
     err = capsys.readouterr().err

@@ -16,7 +16,7 @@ def test_corpus_excludes_held_out_questions_and_has_no_task_format():
     cfg = PretrainConfig(corpus_lines=3000, exclude_test=300)
     lines = build_corpus(cfg)
     assert len(lines) == 3000 and lines == build_corpus(cfg)  # deterministic
-    _, test = synthetic_splits(0, 300, seed=cfg.data_seed)
+    _, test = synthetic_splits(0, 300, seed=cfg.synthetic_seed)
     assert not {r["question"] for r in test} & set(lines)
     assert not any("Final Answer" in line or "<|im_start|>" in line for line in lines)
     assert sum(" = " in line for line in lines) > 1000  # mostly arithmetic

@@ -307,7 +307,7 @@ def test_book_register_dataset_and_train_sft(tiny_model_dir, gsm8k_dir, tmp_path
     assert result["output_dir"] == str(out) and result["metrics"]["global_step"] == 1   # 4 rows / batch 4, 1 epoch
     written = yaml.safe_load((out / "config.yaml").read_text())
     assert written["full"] is True and written["epochs"] == 1.0 and written["max_steps"] == -1
-    assert written["batch_size"] == 4 and written["max_samples"] == 4 and written["report_to"] == ["tensorboard"]
+    assert written["batch_size"] == 4 and written["max_train_samples"] == 4 and written["report_to"] == ["tensorboard"]
     assert written["model"] == str(tiny_model_dir) and written["dataset"] == str(tmp_path / "ws/datasets/my_sft")
     assert any((out / "tensorboard").rglob("events.out.tfevents.*"))
 
@@ -362,7 +362,7 @@ def test_book_evaluate(tiny_model_dir, gsm8k_dir, tmp_path):
     assert result["accuracy"] == result["metrics"]["accuracy_strict"]
     assert result["average_reward"] == result["metrics"]["avg_reward"] and result["device"] in ("cpu", "cuda")
     written = yaml.safe_load((Path(result["output_dir"]) / "config.yaml").read_text())
-    assert written["max_new_tokens"] == 128 and written["max_samples"] == 2   # the book's generation length
+    assert written["max_new_tokens"] == 128 and written["eval_samples"] == 2   # the book's generation length
 
 
 def test_book_keys_errors(tmp_path):

@@ -34,7 +34,7 @@ def _pipeline(tiny_model_dir: Path, out: Path, **overrides) -> PipelineConfig:
     """A one-stage pipeline (LoRA SFT for 2 steps on the micro model), fast enough for a unit test."""
     values = dict(name="safety", output_dir=str(out), model=str(tiny_model_dir), stages=["sft"],
                   evaluate_stages=False, system_prompt="",
-                  sft=dict(max_steps=2, save_steps=1, batch_size=4, max_samples=16, synthetic_train_size=100,
+                  sft=dict(max_steps=2, save_steps=1, batch_size=4, max_train_samples=16,
                            synthetic_test_size=20, max_length=128, report_to="none", logging_steps=1))
     values.update(overrides)
     return config_from_dict(PipelineConfig, values)
@@ -162,7 +162,7 @@ def _grpo_config(model_dir: Path, out: Path, **overrides):
 
     values = dict(model=str(model_dir), output_dir=str(out), max_steps=2, num_generations=2, batch_size=4,
                   max_completion_length=6, max_train_samples=8, gradient_accumulation_steps=1, heldout_every=1,
-                  heldout_samples=2, save_steps=1, learning_rate=0.05, report_to=["none"], completions_every=1,
+                  eval_samples=2, save_steps=1, learning_rate=0.05, report_to=["none"], completions_every=1,
                   completions_per_log=2, rewards=["accuracy:1.0", "format:0.2"])
     values.update(overrides)
     return config_from_dict(GRPOConfig, values)
@@ -319,7 +319,7 @@ def test_an_sft_adapter_exports_only_onto_the_base_it_was_trained_on(tiny_model_
     other_base = save_model_dir(build_tiny_model(AutoTokenizer.from_pretrained(tiny_model_dir), "micro", seed=1),
                                 AutoTokenizer.from_pretrained(tiny_model_dir), tmp_path / "other_base")
     result = sft(SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path / "sft"), max_steps=1, batch_size=4,
-                           max_samples=8, synthetic_train_size=50, synthetic_test_size=20, max_length=128,
+                           max_train_samples=8, synthetic_test_size=20, max_length=128,
                            report_to="none", merge=False))
     adapter = Path(result["adapter_dir"])
     assert (adapter / "base_fingerprint.json").is_file()

@@ -15,7 +15,7 @@ from agentic_rl.train.monitoring import (HealthMonitor, default_rules, grad_expl
                                          resolve_report_to)
 from agentic_rl.train.sft import SFTConfig, build_sft_dataset, prepare_model, run
 
-FAST = dict(max_samples=48, synthetic_train_size=200, synthetic_test_size=20, batch_size=8, logging_steps=1,
+FAST = dict(max_train_samples=48, synthetic_test_size=20, batch_size=8, logging_steps=1,
             report_to="none", max_length=256)
 
 

@@ -118,7 +118,7 @@ def test_base_values_reject_unknown_fixed_keys(tmp_path):
                                              "grpo": {"beta": 0.05, "lora_r": 16}, "sft": {"x": 1}}))
     values = base_values(TuneConfig(stage="grpo", base_config=str(pipeline_yaml), budget_steps=5), GRPOConfig)
     assert values == {"model": "Qwen/Qwen3-0.6B", "dataset": "gsm8k", "seed": 7, "beta": 0.05, "lora_r": 16,
-                      "max_steps": 5}
+                      "max_steps": 5, "eval_samples": 64}  # the validation slice trials are scored on
     values = base_values(TuneConfig(stage="grpo", base_config=str(pipeline_yaml), seed=3), GRPOConfig)
     assert values["seed"] == 3
 
@@ -374,7 +374,7 @@ def test_median_pruner_stops_trials_below_the_median(tmp_path):
 def _tiny_sft_tune(tiny_model_dir, out: Path, **overrides) -> TuneConfig:
     spec = {"stage": "sft", "search": "grid", "seed": 0, "output_dir": str(out),
             "space": {"learning_rate": [1e-3, 2e-3]}, "prune": False, "budget_steps": 3, "eval_samples": 1,
-            "max_new_tokens": 2, "fixed": {"model": str(tiny_model_dir), "max_samples": 8, "batch_size": 2,
+            "max_new_tokens": 2, "fixed": {"model": str(tiny_model_dir), "max_train_samples": 8, "batch_size": 2,
                                            "report_to": "none", "save_steps": 1, "max_length": 128}}
     return TuneConfig(**{**spec, **overrides})
 
@@ -469,7 +469,7 @@ def test_two_sft_workers_then_the_best_yaml_reproduces_its_trial(tmp_path, tiny_
     out = tmp_path / "search"
     spec = {"stage": "sft", "search": "random", "trials": 4, "seed": 0, "output_dir": str(out),
             "space": {"learning_rate": "loguniform(1e-4, 1e-2)", "lora_r": [4, 8]},
-            "fixed": {"model": str(tiny_model_dir), "max_samples": 32, "batch_size": 4, "report_to": "none",
+            "fixed": {"model": str(tiny_model_dir), "max_train_samples": 32, "batch_size": 4, "report_to": "none",
                       "logging_steps": 1},
             "budget_steps": 2, "eval_samples": 3, "max_new_tokens": 8, "prune_every": 1, "prune_samples": 2,
             "keep_models": True}
@@ -553,7 +553,7 @@ def test_real_sft_trial_killed_mid_training_is_cleaned_and_rerun(tmp_path, tiny_
     out = tmp_path / "search"
     spec = {"stage": "sft", "search": "random", "trials": 1, "seed": 0, "output_dir": str(out),
             "space": {"learning_rate": "loguniform(1e-4, 1e-2)"},
-            "fixed": {"model": str(tiny_model_dir), "max_samples": 16, "batch_size": 4, "report_to": "none",
+            "fixed": {"model": str(tiny_model_dir), "max_train_samples": 16, "batch_size": 4, "report_to": "none",
                       "save_steps": 1},
             "budget_steps": 2, "eval_samples": 2, "max_new_tokens": 4, "prune": False, "keep_models": True}
     config_path = tmp_path / "tune.yaml"
@@ -578,10 +578,15 @@ def test_real_sft_trial_killed_mid_training_is_cleaned_and_rerun(tmp_path, tiny_
     assert "1 complete, 0 pruned of 2 trials" in (out / "report.md").read_text()
 
 
-def test_trials_are_scored_on_the_prompt_and_columns_they_were_trained_with(tiny_model_dir, tmp_path):
+def test_trials_are_scored_on_the_prompt_and_columns_they_were_trained_with(tiny_model_dir, tmp_path, monkeypatch):
     """A pipeline's system_prompt '' (no system message) and a custom dataset's column names reach the scoring: a
     trial trained on one prompt is never scored on another."""
+    from agentic_rl.eval import validation
     from agentic_rl.tune import run
+
+    scorer, scored = validation.score_heldout, []
+    monkeypatch.setattr(validation, "score_heldout", lambda model, tok, rows, **kw: (scored.append(rows),
+                                                                                     scorer(model, tok, rows, **kw))[1])
 
     data = tmp_path / "data"
     data.mkdir()
@@ -591,9 +596,11 @@ def test_trials_are_scored_on_the_prompt_and_columns_they_were_trained_with(tiny
         (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "search"
     run(_tiny_sft_tune(tiny_model_dir, out, space={"learning_rate": [1e-3]}, budget_steps=1, eval_samples=2,
-                       fixed={"model": str(tiny_model_dir), "max_samples": 4, "batch_size": 2, "report_to": "none",
+                       fixed={"model": str(tiny_model_dir), "max_train_samples": 4, "batch_size": 2, "report_to": "none",
                               "save_steps": 1, "max_length": 128, "system_prompt": "", "dataset": str(data),
                               "question_field": "problem", "answer_field": "solution"}))
     score = json.loads(next((out / "trials").glob("*/0/tune_score.json")).read_text())
-    assert score["metrics"]["config"]["system_prompt"] == ""
-    assert score["metrics"]["num_prompts"] == 2
+    assert score["metrics"]["n"] == 2 and len(scored) == 1
+    # the question from the 'problem' column, no system message: the prompt the trial was trained with
+    assert all(r["prompt"] == [{"role": "user", "content": r["question"]}] and r["question"].startswith("What is")
+               for r in scored[0])

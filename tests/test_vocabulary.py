@@ -31,7 +31,24 @@ VOCABULARY: dict[str, tuple[str, set[str]]] = {
     "metric backends": ("report_to", {"report", "log_with", "loggers", "logging_backend"}),
     "gradient checkpointing": ("gradient_checkpointing",
                                {"activation_checkpointing", "grad_checkpointing", "checkpoint_activations"}),
+    "training-set size": ("max_train_samples", {"train_samples", "num_train_samples", "train_size",
+                                                "max_train_rows"}),
+    "held-out size": ("eval_samples", {"heldout_samples", "max_eval_samples", "num_eval_samples", "eval_size",
+                                       "validation_samples", "test_samples"}),
+    "synthetic-data seed": ("synthetic_seed", {"data_seed", "synthetic_data_seed", "task_seed", "dataset_seed"}),
+    "LoRA or full fine-tuning": ("full", {"use_lora", "lora", "use_peft", "full_finetune", "full_fine_tuning",
+                                         "finetune_type"}),
 }
+# ``max_samples`` was both the training-set size (SFT) and the held-out size (evaluation), and SFT's
+# ``synthetic_train_size`` its training-set size too: in the stages that train or evaluate they are no names at all.
+# (The data tools and the reward model keep ``max_samples`` for "rows drawn from a source", and the data tools
+# ``synthetic_train_size`` for the size of the synthetic source's train split they draw from.)
+RETIRED_IN_STAGES = {"max_samples": ("sft", "grpo", "eval", "pipeline", "quickstart", "tune"),
+                     "synthetic_train_size": ("sft", "grpo", "eval", "pipeline", "quickstart", "tune")}
+# Commands that read the synthetic task: each takes the one synthetic_seed.
+READ_SYNTHETIC = ("data", "pretrain", "sft", "grpo", "preferences", "eval", "pipeline")
+# Commands that train LoRA or the whole model: each has `full`, and its --help says what the stage does by default.
+LORA_OR_FULL = ("sft", "grpo", "reward-model")
 # name -> the one type it has in every config that has it
 TYPES: dict[str, typing.Any] = {"report_to": list[str], "gradient_checkpointing": bool | None}
 
@@ -58,8 +75,9 @@ def _yaml_keys(data, path=""):
 
 def test_the_table_covers_every_renamed_key():
     names = {name for name, _ in VOCABULARY.values()}
-    others = set().union(*(old for _, old in VOCABULARY.values()))
-    assert set(RENAMED.values()) <= names and set(RENAMED) <= others
+    others = set().union(*(old for _, old in VOCABULARY.values())) | set(RETIRED_IN_STAGES)
+    new_names = {n for new in RENAMED.values() for n in ((new,) if isinstance(new, str) else new)}
+    assert new_names <= names and set(RENAMED) <= others
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
@@ -71,6 +89,22 @@ def test_stage_config_uses_one_name_per_concept(command):
     for name, tp in TYPES.items():
         if name in types:
             assert types[name] == tp, f"{command}: {name} is {types[name]}, every stage has {tp}"
+    for old, commands in RETIRED_IN_STAGES.items():
+        if command in commands:
+            assert old not in types, f"{command}: {old} is max_train_samples or eval_samples now"
+    if command in READ_SYNTHETIC:
+        assert "synthetic_seed" in types, f"{command} reads the synthetic task: it needs synthetic_seed"
+
+
+@pytest.mark.parametrize("command", LORA_OR_FULL)
+def test_the_lora_or_full_switch_states_the_stage_default_in_its_help(command, capsys):
+    cls = _stage_configs()[command]
+    assert dataclasses.fields(cls) and _field_types(cls)["full"] is bool
+    assert next(f for f in dataclasses.fields(cls) if f.name == "full").default is False
+    with pytest.raises(SystemExit):
+        build_parser(only=command).parse_args([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--full full fine-tuning instead of LoRA (this stage trains a LoRA adapter by default" in text
 
 
 def test_the_training_stages_share_the_vocabulary():
@@ -90,6 +124,7 @@ def test_shipped_yaml_uses_one_name_per_concept(path):
     for where, key, value in _yaml_keys(data):
         for concept, (name, other_names) in VOCABULARY.items():
             assert key not in other_names, f"{path.name}: {where} names {concept}; call it {name!r}"
+        assert key not in RETIRED_IN_STAGES, f"{path.name}: {where} is max_train_samples or eval_samples"
         if key == "gradient_checkpointing":
             assert value is None or isinstance(value, bool), f"{path.name}: {where} must be true, false or null"
         if key == "report_to":
@@ -100,12 +135,21 @@ def test_shipped_yaml_uses_one_name_per_concept(path):
 # Old names and values: one-line errors that say the new one
 # ---------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("old,new", list(RENAMED.items()))
-def test_renamed_key_in_a_dict(old, new):
-    from agentic_rl.train.sft import SFTConfig
+@pytest.mark.parametrize("old,new,command", [
+    ("grad_accum", "gradient_accumulation_steps", "sft"), ("lr_scheduler", "lr_scheduler_type", "sft"),
+    ("lora_target", "lora_target_modules", "sft"), ("max_samples", "max_train_samples", "sft"),
+    ("max_samples", "eval_samples", "eval"), ("synthetic_train_size", "max_train_samples", "sft"),
+    ("heldout_samples", "eval_samples", "grpo"), ("heldout_samples", "eval_samples", "sft"),
+    ("data_seed", "synthetic_seed", "pretrain")])
+def test_renamed_key_in_a_dict(old, new, command):
+    cls = _stage_configs()[command]
+    with pytest.raises(ConfigError, match=rf"^'{old}' was renamed to '{new}' \(in {command}\)$"):
+        config_from_dict(cls, {old: ["q_proj"] if old == "lora_target" else 2}, where=command)
 
-    with pytest.raises(ConfigError, match=rf"^'{old}' was renamed to '{new}' \(in sft\)$"):
-        config_from_dict(SFTConfig, {old: ["q_proj"] if old == "lora_target" else 2}, where="sft")
+
+def test_every_renamed_key_is_tested():
+    tested = {(old, new) for old, new, _ in test_renamed_key_in_a_dict.pytestmark[0].args[1]}
+    assert tested == {(old, n) for old, new in RENAMED.items() for n in ((new,) if isinstance(new, str) else new)}
 
 
 def test_renamed_key_in_yaml_and_in_a_pipeline_section(tmp_path):
@@ -122,11 +166,16 @@ def test_renamed_key_in_yaml_and_in_a_pipeline_section(tmp_path):
         _check_sections(load_pipeline_config(pipeline_file), tmp_path / "runs")
 
 
-@pytest.mark.parametrize("flag,new", [("--grad-accum", "--gradient-accumulation-steps"),
-                                      ("--lr-scheduler", "--lr-scheduler-type"),  # not an abbreviation of the new
-                                      ("--lora_target", "--lora-target-modules")])
-def test_renamed_flag_is_a_one_line_error(flag, new, capsys):
-    assert main(["sft", flag, "2"]) == 2
+@pytest.mark.parametrize("command,flag,new", [("sft", "--grad-accum", "--gradient-accumulation-steps"),
+                                              ("sft", "--lr-scheduler", "--lr-scheduler-type"),  # not an abbreviation
+                                              ("sft", "--lora_target", "--lora-target-modules"),
+                                              ("sft", "--max-samples", "--max-train-samples"),
+                                              ("eval", "--max-samples", "--eval-samples"),
+                                              ("grpo", "--heldout-samples", "--eval-samples"),
+                                              ("sft", "--synthetic-train-size", "--max-train-samples"),
+                                              ("pretrain", "--data-seed", "--synthetic-seed")])
+def test_renamed_flag_is_a_one_line_error(command, flag, new, capsys):
+    assert main([command, flag, "2"]) == 2
     err = capsys.readouterr().err
     assert err == f"error: '{flag}' was renamed to '{new}'\n"
 
@@ -185,3 +234,20 @@ def test_a_reward_spec_with_commas_given_as_one_yaml_string_stays_one_reward():
     assert config_from_dict(GRPOConfig, {"model": "m", "rewards": spec}).rewards == [spec]
     assert config_from_dict(GRPOConfig, {"model": "m", "report_to": "tensorboard,wandb"}).report_to == [
         "tensorboard", "wandb"]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_config_declares_its_fields_one_way(command):
+    """``name: T = setting(default, help, ...)`` in every config class (and the classes it inherits settings from)."""
+    import ast
+    import inspect
+
+    for klass in _stage_configs()[command].__mro__:
+        if not dataclasses.is_dataclass(klass):
+            continue
+        body = ast.parse(inspect.getsource(klass)).body[0].body
+        declared = {stmt.target.id: stmt.value.func.id for stmt in body
+                    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.value, ast.Call)
+                    and isinstance(stmt.value.func, ast.Name)}
+        other = {name: how for name, how in declared.items() if how != "setting"}
+        assert declared and not other, f"{klass.__name__}: {other} are not declared with setting(...)"

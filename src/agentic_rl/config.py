@@ -41,12 +41,29 @@ from agentic_rl.errors import ConfigError
 
 T = TypeVar("T")
 
-#: Old setting name -> the name every stage uses now (TRL's). Used by every YAML/dict reader and by the flag parser.
-RENAMED: dict[str, str] = {
+#: Old setting name -> the name every stage uses now (TRL's where TRL has one). Used by every YAML/dict reader and by
+#: the flag parser. An old name that stood for different concepts in different stages lists each new name: the one
+#: the config at hand has is meant (``max_samples`` is SFT's training-set size and evaluation's held-out size).
+RENAMED: dict[str, str | tuple[str, ...]] = {
     "grad_accum": "gradient_accumulation_steps",
     "lr_scheduler": "lr_scheduler_type",
     "lora_target": "lora_target_modules",
+    "max_samples": ("max_train_samples", "eval_samples"),
+    "synthetic_train_size": "max_train_samples",
+    "heldout_samples": "eval_samples",
+    "data_seed": "synthetic_seed",
 }
+
+
+def renamed_to(old: str, known: Any) -> str | None:
+    """The name that ``old`` was renamed to in a config whose fields are ``known`` (None: not a renamed name)."""
+    if old in known:
+        return None
+    new = RENAMED.get(old.replace("-", "_"))
+    for name in ((new,) if isinstance(new, str) else new or ()):
+        if name in known:
+            return name
+    return None
 #: Setting -> values it no longer takes, with what to give instead.
 RETIRED_VALUES: dict[str, tuple[tuple[str, ...], str]] = {
     "gradient_checkpointing": (("auto", "on", "off"), "use true, false or null (null: the stage's automatic default)"),
@@ -193,8 +210,8 @@ def _fields(cls: type) -> dict[str, dataclasses.Field]:
 
 
 def _unknown_key_error(key: str, known: list[str], where: str) -> ConfigError:
-    new = RENAMED.get(key.replace("-", "_"))
-    if new in known:
+    new = renamed_to(key, known)
+    if new is not None:
         return ConfigError(f"'{key}' was renamed to '{new}' (in {where})")
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
@@ -386,16 +403,17 @@ class _RenamedFlag(argparse.Action):
     """A hidden flag under an old name (``--grad-accum``): a one-line "renamed to" error instead of argparse's."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        raise ConfigError(f"'{option_string}' was renamed to '--{RENAMED[self.dest].replace('_', '-')}'")
+        raise ConfigError(f"'{option_string}' was renamed to '--{self.const.replace('_', '-')}'")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """One CLI flag per config field. Defaults are suppressed so that only flags the user gives override YAML."""
     fields = _fields(cls)
-    for old, new in RENAMED.items():  # registered exactly, so argparse does not read --lr-scheduler as an abbreviation
-        if new in fields and old not in fields:
+    for old in RENAMED:  # registered exactly, so argparse does not read --lr-scheduler as an abbreviation
+        new = renamed_to(old, fields)
+        if new is not None:
             parser.add_argument(f"--{old.replace('_', '-')}", f"--{old}", dest=old, nargs="?", action=_RenamedFlag,
-                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+                                const=new, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     for name, f in fields.items():
         help_text = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else (

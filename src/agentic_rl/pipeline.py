@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import check_keys, config_from_dict, format_config, read_yaml, save_config
+from agentic_rl.config import check_keys, config_from_dict, format_config, read_yaml, save_config, setting
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import (check_run_name, create_run_root, delete_run_dir, describe, differing_keys, has_run,
                              settings_of, stage_settings_mismatch, stored_settings)
@@ -50,32 +50,33 @@ class PipelineConfig(EnvironmentSettings):
     """The ladder's settings. The environment settings (``environment``, ``max_turns``, ...) are given once at the top
     level and reach SFT, GRPO, the control and every evaluation alike (a stage's section may still override one)."""
 
-    name: str = field(default="pipeline", metadata={"help": "run name; outputs go to runs/<name>/ unless output_dir"})
-    output_dir: str | None = field(default=None, metadata={"help": "run directory (default runs/<name>)"})
-    model: str = field(default=EMBEDDED, metadata={
-        "help": "base model: a hub id (Qwen/Qwen3-0.6B), a local directory, or 'embedded' to pretrain the tiny base"})
-    dataset: str = field(default="synthetic", metadata={
-        "help": "task data: 'synthetic', a hub id (openai/gsm8k) or a local file/folder"})
-    seed: int = field(default=0, metadata={"help": "random seed for data sampling, initialisation and training"})
-    eval_samples: int = field(default=500, metadata={"help": "held-out problems every stage is evaluated on"})
-    system_prompt: str | None = field(default=None, metadata={
-        "help": "system message of every prompt in SFT, GRPO and evaluation: unset = the standard instruction, "
-                "'' = none (the embedded preset: shorter prompts for the tiny model), or your own text"})
-    stages: list[str] = field(default_factory=lambda: list(DEFAULT_STAGES), metadata={
-        "help": f"stages to run, in ladder order (any of {', '.join(STAGES)}; sft_continued is the compute-matched "
-                "control: SFT continued from GRPO's starting model for GRPO's wall time)"})
-    evaluate_stages: bool = field(default=True, metadata={"help": "evaluate base, SFT and GRPO models on held-out data"})
-    fresh: bool = field(default=False, metadata={"help": "delete the run directory and start over"})
-    pretrain: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for the pretrain stage"})
-    sft: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for the SFT stage"})
-    grpo: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for the GRPO stage"})
-    sft_continued: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "settings for the control stage: the sft section's settings, then these (a max_steps here fixes the "
-                "step count; otherwise it is GRPO's wall time / the SFT stage's seconds per step)"})
-    eval: dict[str, Any] = field(default_factory=dict, metadata={"help": "settings for evaluation"})
-    sampled_eval: int = field(default=0, metadata={
-        "help": "also evaluate SFT, GRPO and the control with this many samples per problem at GRPO's temperature "
-                "(pass@1, pass@k); 0 = greedy evaluation only"})
+    name: str = setting("pipeline", "run name; outputs go to runs/<name>/ unless output_dir")
+    output_dir: str | None = setting(None, "run directory (default runs/<name>)")
+    model: str = setting(EMBEDDED, "base model: a hub id (Qwen/Qwen3-0.6B), a local directory, or 'embedded' to "
+                                   "pretrain the tiny base")
+    dataset: str = setting("synthetic", "task data: 'synthetic', a hub id (openai/gsm8k) or a local file/folder")
+    seed: int = setting(0, "random seed for data sampling, initialisation and training")
+    synthetic_seed: int = setting(0, "seed of the synthetic task, given to every stage (pretraining keeps its test "
+                                     "questions out)")
+    eval_samples: int = setting(500, "held-out problems every stage is evaluated on")
+    system_prompt: str | None = setting(None, "system message of every prompt in SFT, GRPO and evaluation: unset = "
+                                              "the standard instruction, '' = none (the embedded preset: shorter "
+                                              "prompts for the tiny model), or your own text")
+    stages: list[str] = setting(list(DEFAULT_STAGES),
+                                f"stages to run, in ladder order (any of {', '.join(STAGES)}; sft_continued is the "
+                                "compute-matched control: SFT continued from GRPO's starting model for GRPO's wall "
+                                "time)")
+    evaluate_stages: bool = setting(True, "evaluate base, SFT and GRPO models on held-out data")
+    fresh: bool = setting(False, "delete the run directory and start over")
+    pretrain: dict[str, Any] = setting({}, "settings for the pretrain stage")
+    sft: dict[str, Any] = setting({}, "settings for the SFT stage")
+    grpo: dict[str, Any] = setting({}, "settings for the GRPO stage")
+    sft_continued: dict[str, Any] = setting({}, "settings for the control stage: the sft section's settings, then "
+                                                "these (a max_steps here fixes the step count; otherwise it is GRPO's "
+                                                "wall time / the SFT stage's seconds per step)")
+    eval: dict[str, Any] = setting({}, "settings for evaluation")
+    sampled_eval: int = setting(0, "also evaluate SFT, GRPO and the control with this many samples per problem at "
+                                   "GRPO's temperature (pass@1, pass@k); 0 = greedy evaluation only")
 
     def __post_init__(self) -> None:
         check_run_name(self.name)
@@ -106,20 +107,19 @@ QUICKSTART_PRESETS = {"default": "quickstart", "agentic": "quickstart-agentic"}
 
 @dataclass
 class QuickstartConfig:
-    name: str | None = field(default=None, metadata={
-        "help": "run name; outputs go to runs/<name>/ (default: the preset's file name, e.g. quickstart)"})
-    preset: str = field(default="default", metadata={
-        "help": "the embedded ladder: 'default' (single-turn GSM8K-style problems) or 'agentic' (multi-turn calculator "
-                "tool use: SFT on tool-use episodes, then GRPO in the environment)",
-        "choices": list(QUICKSTART_PRESETS)})
-    seed: int = field(default=0, metadata={"help": "random seed (data, initialisation, training)"})
-    fresh: bool = field(default=False, metadata={"help": "delete the run directory and start over"})
-    eval_samples: int | None = field(default=None, metadata={
-        "help": "held-out problems each stage is evaluated on (default: the preset's, 500)"})
-    smoke: bool = field(default=False, metadata={
-        "help": "a reduced ladder (few steps, few samples) that checks the plumbing in about a minute; used by CI"})
-    preset_file: str | None = field(default=None, metadata={
-        "help": "a pipeline YAML to use instead of the embedded preset (same schema as `agentic-rl pipeline`)"})
+    name: str | None = setting(None, "run name; outputs go to runs/<name>/ (default: the preset's file name, e.g. "
+                                     "quickstart)")
+    preset: str = setting("default", "the embedded ladder: 'default' (single-turn GSM8K-style problems) or 'agentic' "
+                                     "(multi-turn calculator tool use: SFT on tool-use episodes, then GRPO in the "
+                                     "environment)", choices=list(QUICKSTART_PRESETS))
+    seed: int = setting(0, "random seed (data, initialisation, training)")
+    fresh: bool = setting(False, "delete the run directory and start over")
+    eval_samples: int | None = setting(None, "held-out problems each stage is evaluated on (default: the preset's, "
+                                             "500)")
+    smoke: bool = setting(False, "a reduced ladder (few steps, few samples) that checks the plumbing in about a "
+                                 "minute; used by CI")
+    preset_file: str | None = setting(None, "a pipeline YAML to use instead of the embedded preset (same schema as "
+                                            "`agentic-rl pipeline`)")
 
     def __post_init__(self) -> None:
         if self.preset_file and self.preset != "default":
@@ -186,7 +186,8 @@ def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, su
     sampled = sample_temperature is not None
     out = root / "eval" / (f"{label}-sampled" if sampled else label)
     defaults = {"models": [model_dir], "dataset": config.dataset, "split": "test", "system_prompt": config.system_prompt,
-                "max_samples": config.eval_samples, "seed": config.seed, "output_dir": str(out),
+                "eval_samples": config.eval_samples, "seed": config.seed, "synthetic_seed": config.synthetic_seed,
+                "output_dir": str(out),
                 **_environment_defaults(config)}
     section = dict(config.eval)
     if sampled:
@@ -229,9 +230,9 @@ def _environment_defaults(config: PipelineConfig) -> dict[str, Any]:
 def _train_defaults(config: PipelineConfig, name: str, model_dir: str, out: Path) -> dict[str, Any]:
     """The values the pipeline gives a training stage (its section overrides them)."""
     if name == "pretrain":
-        return {"output_dir": str(out), "seed": config.seed}
+        return {"output_dir": str(out), "seed": config.seed, "synthetic_seed": config.synthetic_seed}
     return {"model": model_dir, "dataset": config.dataset, "seed": config.seed, "system_prompt": config.system_prompt,
-            "output_dir": str(out), **_environment_defaults(config)}
+            "synthetic_seed": config.synthetic_seed, "output_dir": str(out), **_environment_defaults(config)}
 
 
 def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
@@ -251,8 +252,9 @@ def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
         _stage_config(cls, section, _train_defaults(config, name, config.model, root / name),
                       where=f"{config.name}: {name}")
     _stage_config(EvalConfig, config.eval, {"models": [config.model], "dataset": config.dataset, "split": "test",
-                                            "system_prompt": config.system_prompt, "max_samples": config.eval_samples,
-                                            "seed": config.seed, "output_dir": str(root / "eval"),
+                                            "system_prompt": config.system_prompt, "eval_samples": config.eval_samples,
+                                            "seed": config.seed, "synthetic_seed": config.synthetic_seed,
+                                            "output_dir": str(root / "eval"),
                                             **_environment_defaults(config)},
                   where=f"{config.name}: eval")
 

@@ -44,8 +44,12 @@ run: config, metrics, logs, ``tune_score.json``; its weights only with ``keep_mo
 trial numbers restart at 0 in each: a study created where its name's folder is taken gets ``<study>-2``),
 ``study.db`` (the study).
 
-Held-out problems come from ``eval_split`` of the stage's dataset (default ``test``: use a validation split where
-the dataset has one, so that the final test score is not the one the search optimised).
+Trials are scored on a validation slice of ``eval_samples`` problems carved out of the stage's *training* split
+(:mod:`agentic_rl.eval.validation`): every trial's stage gets the same ``eval_samples``, so it sets those
+rows aside (seeded, the same for every trial) and never trains on them, and the test split that the final evaluation
+reports plays no part in choosing the hyper-parameters. The problems carry the stage's system prompt and column
+mapping, and are scored by the same function as GRPO's periodic held-out checks. ``eval_split`` names another split
+instead (``test`` only on purpose: it warns).
 
     agentic-rl tune --stage sft --search bayes --trials 20 --base-config configs/qwen3-0.6b-gsm8k.yaml \\
         --param 'learning_rate=loguniform(1e-6,1e-4)' --param 'lora_r=choice(8,16,32)' --budget-steps 50
@@ -65,13 +69,13 @@ import os
 import socket
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import yaml
 
-from agentic_rl.config import SEED_RANGE, check_range, config_from_dict, config_to_dict, read_yaml
+from agentic_rl.config import SEED_RANGE, check_range, config_from_dict, config_to_dict, read_yaml, setting
 from agentic_rl.errors import ConfigError, TrainingError
 from agentic_rl.utils import free_memory, log, run_dir, warn, write_json
 
@@ -79,49 +83,50 @@ STAGES = ("sft", "grpo")
 SEARCHES = ("grid", "random", "bayes")
 # Stage config fields a search may not set: they are per-trial bookkeeping, not hyper-parameters.
 _RESERVED = ("output_dir",)
+# Top-level keys of a pipeline file that reach its stage sections.
+PIPELINE_SHARED = ("model", "dataset", "seed", "synthetic_seed", "system_prompt")
+# Stage settings that decide which problems a trial is scored on (and its stage holds out of training).
+_DATA_KEYS = ("dataset", "split", "seed", "eval_samples", "question_field", "answer_field", "ground_truth_field",
+              "system_prompt", "environment", "environment_args", "max_train_samples")
 
 
 @dataclass
 class TuneConfig:
-    stage: str = field(default="sft", metadata={"help": "the stage to tune", "choices": list(STAGES)})
-    search: str = field(default="bayes", metadata={
-        "help": "grid (Cartesian product), random (independent samples) or bayes (TPE)", "choices": list(SEARCHES)})
-    trials: int | None = field(default=None, metadata={
-        "help": "finished trials wanted in the whole study, all workers together (default: the grid size for grid "
-                "search, else 20)"})
-    space: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "search space: stage key -> spec, e.g. {learning_rate: 'loguniform(1e-6, 1e-4)', lora_r: [8, 16]}"})
-    params: list[str] = field(default_factory=list, metadata={
-        "help": "one search-space entry NAME=SPEC, e.g. 'beta=choice(0.01,0.05,0.1)' (overrides `space`)",
-        "flag": "param"})
-    base_config: str | None = field(default=None, metadata={
-        "help": "YAML with the stage's settings: a stage file, or a pipeline file (its stage section and its "
-                "model/dataset/seed are used)"})
-    fixed: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "stage settings applied to every trial, over base_config (e.g. {max_samples: 256})"})
-    budget_steps: int | None = field(default=None, metadata={
-        "help": "training steps per trial (sets the stage's max_steps); the short, fixed budget every trial gets"})
-    objective: str = field(default="accuracy", metadata={
-        "help": "what a trial maximises on held-out problems: accuracy (greedy, strict answer match) or reward "
-                "(mean of the stage's reward functions on the same completions)", "choices": ["accuracy", "reward"]})
-    eval_samples: int = field(default=64, metadata={"help": "held-out problems each trial is scored on"})
-    eval_split: str = field(default="test", metadata={"help": "split the held-out problems come from"})
-    max_new_tokens: int = field(default=256, metadata={"help": "generation length when scoring a trial"})
-    prune: bool = field(default=True, metadata={"help": "stop hopeless trials early (MedianPruner)"})
-    prune_every: int | None = field(default=None, metadata={
-        "help": "steps between intermediate held-out scores (default: a quarter of the budget)"})
-    prune_samples: int = field(default=16, metadata={"help": "held-out problems each intermediate score uses"})
-    prune_startup_trials: int = field(default=3, metadata={
-        "help": "trials that always run to the end before pruning starts"})
-    storage: str | None = field(default=None, metadata={
-        "help": "Optuna RDB URL shared by workers (default: sqlite:///<output_dir>/study.db)"})
-    study_name: str | None = field(default=None, metadata={"help": "study name in the storage (default: tune-<stage>)"})
-    output_dir: str | None = field(default=None, metadata={"help": "run directory (default: runs/tune-<stage>)"})
-    seed: int | None = field(default=None, metadata={
-        "help": "seed of the sampler and of every trial's training (default: the base config's seed, else 0)"})
-    keep_models: bool = field(default=False, metadata={
-        "help": "keep every trial's weights in trials/<study>/<n>/ (default: only configs, metrics and logs are "
-                "kept)"})
+    stage: str = setting("sft", "the stage to tune", choices=list(STAGES))
+    search: str = setting("bayes", "grid (Cartesian product), random (independent samples) or bayes (TPE)",
+                                   choices=list(SEARCHES))
+    trials: int | None = setting(None, "finished trials wanted in the whole study, all workers together (default: the "
+                                       "grid size for grid search, else 20)")
+    space: dict[str, Any] = setting({}, "search space: stage key -> spec, e.g. {learning_rate: 'loguniform(1e-6, "
+                                        "1e-4)', lora_r: [8, 16]}")
+    params: list[str] = setting([], "one search-space entry NAME=SPEC, e.g. 'beta=choice(0.01,0.05,0.1)' (overrides "
+                                    "`space`)", flag="param")
+    base_config: str | None = setting(None, "YAML with the stage's settings: a stage file, or a pipeline file (its "
+                                            "stage section and its model/dataset/seed are used)")
+    fixed: dict[str, Any] = setting({}, "stage settings applied to every trial, over base_config (e.g. "
+                                        "{max_train_samples: 256})")
+    budget_steps: int | None = setting(None, "training steps per trial (sets the stage's max_steps); the short, fixed "
+                                             "budget every trial gets")
+    objective: str = setting("accuracy", "what a trial maximises on held-out problems: accuracy (greedy, strict "
+                                         "answer match) or reward (mean of the stage's reward functions on the same "
+                                         "completions)", choices=["accuracy", "reward"])
+    eval_samples: int = setting(64, "held-out problems each trial is scored on")
+    eval_split: str | None = setting(None, "split the held-out problems come from (default: a validation slice carved "
+                                           "out of the stage's training split, never trained on; 'test' leaks the "
+                                           "test set into the choice and warns)")
+    max_new_tokens: int = setting(256, "generation length when scoring a trial")
+    prune: bool = setting(True, "stop hopeless trials early (MedianPruner)")
+    prune_every: int | None = setting(None, "steps between intermediate held-out scores (default: a quarter of the "
+                                            "budget)")
+    prune_samples: int = setting(16, "held-out problems each intermediate score uses")
+    prune_startup_trials: int = setting(3, "trials that always run to the end before pruning starts")
+    storage: str | None = setting(None, "Optuna RDB URL shared by workers (default: sqlite:///<output_dir>/study.db)")
+    study_name: str | None = setting(None, "study name in the storage (default: tune-<stage>)")
+    output_dir: str | None = setting(None, "run directory (default: runs/tune-<stage>)")
+    seed: int | None = setting(None, "seed of the sampler and of every trial's training (default: the base config's "
+                                     "seed, else 0)")
+    keep_models: bool = setting(False, "keep every trial's weights in trials/<study>/<n>/ (default: only configs, "
+                                       "metrics and logs are kept)")
 
     def __post_init__(self) -> None:
         check_range(self, ("trials", "budget_steps", "eval_samples", "prune_samples", "prune_every",
@@ -359,7 +364,7 @@ def base_values(config: TuneConfig, cls: type) -> dict[str, Any]:
         data = read_yaml(config.base_config)
         known = set(_field_names(cls))
         if isinstance(data.get(config.stage), dict):  # a pipeline file: its stage section + shared top-level keys
-            for key in ("model", "dataset", "seed"):
+            for key in PIPELINE_SHARED:
                 if key in data and key in known:
                     values[key] = data[key]
             if values.get("model") == "embedded":
@@ -376,6 +381,15 @@ def base_values(config: TuneConfig, cls: type) -> dict[str, Any]:
         if "max_steps" not in _field_names(cls):
             raise ConfigError(f"{cls.__name__} has no max_steps field, so budget_steps cannot be applied")
         values["max_steps"] = config.budget_steps
+    if config.eval_split is None:  # the trial's stage holds out the validation slice it is scored on
+        if values.get("eval_samples") not in (None, config.eval_samples):
+            raise ConfigError(f"the stage's eval_samples ({values['eval_samples']}) is set per trial by tune to its "
+                              f"own eval_samples ({config.eval_samples}), the validation problems trials are scored "
+                              "on; remove it from the stage's settings")
+        values["eval_samples"] = config.eval_samples
+    elif config.eval_split == "test":
+        warn("eval_split 'test': trials are scored on the test split, so the final test score is no longer a fair "
+             "estimate of the chosen settings; leave eval_split unset for a validation slice of the training split")
     if "seed" in _field_names(cls):
         if config.seed is not None:
             values["seed"] = config.seed
@@ -668,59 +682,62 @@ def optimize(config: TuneConfig, space: dict[str, Param], objective: Objective, 
 # The objective: train one trial with the stage function, score it on held-out problems
 # ---------------------------------------------------------------------------------------------------------------
 
-def _metric_key(objective: str) -> str:
-    return "accuracy_strict" if objective == "accuracy" else "avg_reward"
+def _stage_system_prompt(stage_cfg: Any) -> str | None:
+    """The system message the stage's prompts carry (the environment's with an environment)."""
+    from agentic_rl.data.formats import resolve_system_prompt
 
+    if getattr(stage_cfg, "environment", None) is not None:
+        from agentic_rl.agent.settings import build_environment, environment_system_prompt
 
-def _eval_settings(config: TuneConfig, stage_cfg: Any) -> dict[str, Any]:
-    """The evaluation settings a trial is scored with (the stage's own rewards for ``objective: reward``)."""
-    settings: dict[str, Any] = {"max_new_tokens": config.max_new_tokens, "seed": config.seed or 0,
-                                # scored on the prompt the trial was trained with (a pipeline's '' = no system message)
-                                "system_prompt": getattr(stage_cfg, "system_prompt", None)}
-    rewards = getattr(stage_cfg, "rewards", None)
-    if config.objective == "reward" and rewards:
-        settings["rewards"] = list(rewards)
-    return settings
+        return environment_system_prompt(stage_cfg.system_prompt, build_environment(stage_cfg)())
+    return resolve_system_prompt(getattr(stage_cfg, "system_prompt", None))
 
 
 def load_heldout(config: TuneConfig, stage_cfg: Any, n: int) -> list[dict[str, Any]]:
-    """``n`` held-out problems (seeded sample of ``eval_split`` of the stage's dataset)."""
+    """``n`` held-out problems with the stage's prompts: the first ``n`` of the validation slice the trial's stage
+    carves out of its training split (see :mod:`agentic_rl.eval.validation`), or with ``eval_split`` a seeded sample
+    of that split."""
+    if config.eval_split is None:
+        if stage_cfg.eval_samples < n:
+            raise ConfigError(f"the stage holds out {stage_cfg.eval_samples} validation problems, fewer than the "
+                              f"{n} a trial is scored on; tune gives the stage its own eval_samples")
+        if config.stage == "sft":
+            from agentic_rl.train.sft import validation_rows
+        else:
+            from agentic_rl.train.grpo import validation_rows
+        return validation_rows(stage_cfg)[:n]
+    from agentic_rl.data.formats import build_prompt
     from agentic_rl.eval.evaluate import EvalConfig, load_rows
 
     dataset = getattr(stage_cfg, "dataset", None) or "synthetic"
     columns = {name: getattr(stage_cfg, name, None) for name in ("question_field", "answer_field",
                                                                   "ground_truth_field")}
-    return load_rows(EvalConfig(dataset=dataset, split=config.eval_split, max_samples=n, seed=config.seed or 0,
+    rows = load_rows(EvalConfig(dataset=dataset, split=config.eval_split, eval_samples=n, seed=config.seed or 0,
                                 **columns))
+    system_prompt = _stage_system_prompt(stage_cfg)
+    return [{**r, "prompt": build_prompt(r["question"], system_prompt)} for r in rows]
 
 
 def score_model(config: TuneConfig, stage_cfg: Any, model: Any, rows: list[dict[str, Any]], *,
                 tokenizer: Any = None) -> tuple[float, dict[str, Any]]:
-    """The trial's objective value: greedy held-out accuracy (strict) or mean reward of ``model`` on ``rows``. A stage
-    trained in an environment is scored in it: greedy episodes with its tools, accuracy or the mean episode return."""
+    """The trial's objective value and metrics, by the one held-out scorer GRPO's periodic checks use
+    (:func:`agentic_rl.eval.validation.score_heldout`): greedy ``accuracy`` (strict), or for ``objective: reward`` the
+    mean of the stage's reward functions (in an environment: the mean episode return, played with its tools)."""
+    from agentic_rl.eval import validation
+
+    env_factory = None
+    budget = config.max_new_tokens
     if getattr(stage_cfg, "environment", None) is not None:
-        return _score_in_environment(config, stage_cfg, model, rows, tokenizer)
-    from agentic_rl.eval import evaluate_model
+        from agentic_rl.agent.settings import build_environment
 
-    metrics = evaluate_model(model, rows, tokenizer=tokenizer, **_eval_settings(config, stage_cfg))
-    metrics.pop("predictions", None)
-    value = metrics.get(_metric_key(config.objective))
-    return (float(value) if value is not None else float("nan")), metrics
-
-
-def _score_in_environment(config: TuneConfig, stage_cfg: Any, model: Any, rows: list[dict[str, Any]],
-                          tokenizer: Any) -> tuple[float, dict[str, Any]]:
-    from agentic_rl.agent.settings import build_environment
-    from agentic_rl.eval.evaluate import EvalConfig, evaluate_model_in_environment
-
-    shared = stage_cfg.shared_environment_settings()
-    budget = getattr(stage_cfg, "max_completion_length", None) or config.max_new_tokens
-    eval_cfg = config_from_dict(EvalConfig, {**shared, "max_new_tokens": max(budget, stage_cfg.max_turn_tokens),
-                                             "system_prompt": stage_cfg.system_prompt, "seed": config.seed or 0},
-                                where="tune evaluation")
-    metrics = evaluate_model_in_environment(model, rows, eval_cfg, build_environment(eval_cfg), tokenizer=tokenizer,
-                                            without_tools=False)
-    value = metrics["accuracy"] if config.objective == "accuracy" else metrics.get("return")
+        env_factory = build_environment(stage_cfg)
+        budget = max(getattr(stage_cfg, "max_completion_length", None) or budget, stage_cfg.max_turn_tokens)
+    rewards = getattr(stage_cfg, "rewards", None) if config.objective == "reward" else None
+    metrics = validation.score_heldout(model, tokenizer, rows, max_new_tokens=budget, rewards=rewards,
+                                       env_factory=env_factory,
+                                       tools_in_prompt=getattr(stage_cfg, "tools_in_prompt", True),
+                                       max_turn_tokens=getattr(stage_cfg, "max_turn_tokens", 48))
+    value = metrics.get("accuracy" if config.objective == "accuracy" else "avg_reward")
     return (float(value) if value is not None else float("nan")), metrics
 
 
@@ -816,15 +833,19 @@ def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any],
         trial_dir = trials_dir / str(trial.number)
         stage_cfg = build_stage_config(cls, base, params, trial_dir, where=f"trial {trial.number}")
         trial.set_user_attr("stage_config", config_to_dict(stage_cfg))
-        if "rows" not in cache:
-            cache["rows"] = load_heldout(config, stage_cfg, config.eval_samples)
+        # The held-out problems depend on the stage's data settings only, which a search rarely varies (seed may).
+        rows_key = json.dumps({k: v for k, v in config_to_dict(stage_cfg).items()
+                               if k in _DATA_KEYS or k.startswith("synthetic")}, sort_keys=True, default=str)
+        if rows_key not in cache:
+            cache[rows_key] = load_heldout(config, stage_cfg, config.eval_samples)
+        rows = cache[rows_key]
         kwargs: dict[str, Any] = {}
         callback = None
         if prune:
             budget = getattr(stage_cfg, "max_steps", None) or 0
             every = config.prune_every or max(1, budget // 4)
             if budget and every < budget:
-                callback = pruning_callback(config, stage_cfg, trial, cache["rows"][:config.prune_samples], every)
+                callback = pruning_callback(config, stage_cfg, trial, rows[:config.prune_samples], every)
                 kwargs["callbacks"] = [callback]
         try:
             result = stage_run(stage_cfg, **kwargs)
@@ -835,7 +856,7 @@ def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any],
         try:
             if callback is not None and callback.pruned_at is not None:
                 raise optuna.TrialPruned(f"pruned at step {callback.pruned_at}")
-            value, metrics = score_model(config, stage_cfg, model_dir, cache["rows"])
+            value, metrics = score_model(config, stage_cfg, model_dir, rows)
             trial.set_user_attr("metrics", {k: v for k, v in metrics.items()
                                             if isinstance(v, (int, float)) and not isinstance(v, bool)})
             write_json(trial_dir / "tune_score.json", {"trial": trial.number, "params": params,
@@ -860,6 +881,9 @@ def run(config: TuneConfig) -> dict[str, Any]:
     base = base_values(config, cls)
     if config.seed is None:  # the sampler follows the trials' seed
         config = dataclasses.replace(config, seed=int(base.get("seed", 0)))
+    if config.eval_split is None and "eval_samples" in space:
+        raise ConfigError("the stage's eval_samples is set per trial by tune to its own (the validation problems every "
+                          "trial is scored on); remove it from the search space")
     validate_space(cls, space, base, config.search)
     n_trials = config.trials
     if config.search == "grid":
@@ -975,7 +999,7 @@ def write_outputs(config: TuneConfig, study, out: Path) -> dict[str, Any]:
                    f"held-out {config.objective} {best.value:.4f}\n")
         _atomic_write(best_stage, summary + f"# rerun: agentic-rl {config.stage} --config {best_stage.name}\n"
                       + yaml.safe_dump(stage_values, sort_keys=False))
-        shared = ("model", "dataset", "seed")  # top-level keys of a pipeline file
+        shared = PIPELINE_SHARED
         pipeline = {"stages": [config.stage], **{k: stage_values[k] for k in shared if stage_values.get(k) is not None},
                     config.stage: {k: v for k, v in stage_values.items() if k not in shared}}
         _atomic_write(out / "best_pipeline.yaml", summary + "# rerun: agentic-rl pipeline --config best_pipeline.yaml\n"
@@ -989,7 +1013,7 @@ def write_outputs(config: TuneConfig, study, out: Path) -> dict[str, Any]:
     plots = _plots(study, out, config.objective)
     report = [f"# Hyper-parameter search: {config.stage}, {config.search}", "",
               f"Objective: held-out {config.objective} on {config.eval_samples} problems "
-              f"({config.eval_split} split) after {config.budget_steps or 'the configured'} training steps; "
+              f"({'a validation slice of the training split' if config.eval_split is None else f'{config.eval_split} split'}) after {config.budget_steps or 'the configured'} training steps; "
               f"{result['complete']} complete, {result['pruned']} pruned of {len(rows)} trials.", "",
               *best_lines, "", "## Trials", "", _markdown_table(rows)]
     if diverged:

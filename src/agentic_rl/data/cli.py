@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import SEED_RANGE, check_range
+from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.data.custom import load_task_dataset
 from agentic_rl.data.formats import SYSTEM_PROMPT, build_prompt, render_prompt
 from agentic_rl.data.gsm8k import is_number
@@ -29,35 +29,31 @@ from agentic_rl.errors import ModelLoadError
 
 @dataclass
 class DataCommandConfig:
-    action: str = field(default="preview", metadata={
-        "help": "preview: a few rows as the model sees them; stats: counts, step histogram, answer range",
-        "positional": True, "choices": ["preview", "stats"]})
-    source: str = field(default="synthetic", metadata={
-        "help": "synthetic, synthetic:multiplication, gsm8k, a hub dataset id, a .jsonl/.json/.parquet/.csv file, "
-                "or a folder with train/test files"})
-    split: str = field(default="train", metadata={"help": "split to read (train or test)"})
-    n: int = field(default=3, metadata={"help": "rows to show in preview"})
-    question_field: str | None = field(default=None, metadata={"help": "column holding the question"})
-    answer_field: str | None = field(default=None, metadata={
-        "help": "column holding the answer ('... #### N', '... Final Answer: N' or a number)"})
-    prompt_field: str | None = field(default=None, metadata={
-        "help": "column holding the prompt (text or message list), instead of question_field"})
-    completion_field: str | None = field(default=None, metadata={
-        "help": "column holding the completion, instead of answer_field"})
-    ground_truth_field: str | None = field(default=None, metadata={"help": "column holding the final answer"})
-    numeric_ground_truth: bool = field(default=True, metadata={
-        "help": "require every ground truth to be a number (the numeric accuracy reward needs it)"})
-    max_samples: int | None = field(default=None, metadata={"help": "use this many rows, drawn at random with seed"})
-    seed: int = field(default=0, metadata={"help": "seed for the max_samples draw"})
-    synthetic_seed: int = field(default=0, metadata={"help": "synthetic source: generation seed"})
-    synthetic_train_size: int = field(default=2000, metadata={"help": "synthetic source: training rows"})
-    synthetic_test_size: int = field(default=200, metadata={"help": "synthetic source: test rows"})
-    min_steps: int = field(default=1, metadata={"help": "synthetic source: fewest steps per problem"})
-    max_steps: int = field(default=3, metadata={"help": "synthetic source: most steps per problem"})
-    model: str | None = field(default=None, metadata={
-        "help": "model or tokenizer (hub id or folder) whose chat template renders the preview; "
-                "without one the messages are shown"})
-    enable_thinking: bool = field(default=False, metadata={"help": "render Qwen3 prompts with thinking on"})
+    action: str = setting("preview", "preview: a few rows as the model sees them; stats: counts, step histogram, "
+                                     "answer range", positional=True, choices=["preview", "stats"])
+    source: str = setting("synthetic", "synthetic, synthetic:multiplication, gsm8k, a hub dataset id, a "
+                                       ".jsonl/.json/.parquet/.csv file, or a folder with train/test files")
+    split: str = setting("train", "split to read (train or test)")
+    n: int = setting(3, "rows to show in preview")
+    question_field: str | None = setting(None, "column holding the question")
+    answer_field: str | None = setting(None, "column holding the answer ('... #### N', '... Final Answer: N' or a "
+                                             "number)")
+    prompt_field: str | None = setting(None, "column holding the prompt (text or message list), instead of "
+                                             "question_field")
+    completion_field: str | None = setting(None, "column holding the completion, instead of answer_field")
+    ground_truth_field: str | None = setting(None, "column holding the final answer")
+    numeric_ground_truth: bool = setting(True, "require every ground truth to be a number (the numeric accuracy "
+                                               "reward needs it)")
+    max_samples: int | None = setting(None, "use this many rows, drawn at random with seed")
+    seed: int = setting(0, "seed for the max_samples draw")
+    synthetic_seed: int = setting(0, "synthetic source: generation seed")
+    synthetic_train_size: int = setting(2000, "synthetic source: training rows")
+    synthetic_test_size: int = setting(200, "synthetic source: test rows")
+    min_steps: int = setting(1, "synthetic source: fewest steps per problem")
+    max_steps: int = setting(3, "synthetic source: most steps per problem")
+    model: str | None = setting(None, "model or tokenizer (hub id or folder) whose chat template renders the preview; "
+                                      "without one the messages are shown")
+    enable_thinking: bool = setting(False, "render Qwen3 prompts with thinking on")
 
     def __post_init__(self) -> None:
         check_range(self, ("n", "max_samples", "synthetic_train_size", "min_steps"), 1)

@@ -43,6 +43,7 @@ class PreferencesConfig:
     answer_field: str | None = setting(None, "custom datasets: column holding the reference solution")
     ground_truth_field: str | None = setting(None, "custom datasets: column holding the final answer")
     synthetic_train_size: int = setting(2000, "rows in the synthetic train split the prompts are drawn from")
+    synthetic_seed: int = setting(0, "seed of the synthetic task (same for all stages)")
     system_prompt: str | None = setting(None, "system message of every prompt: unset = the standard instruction, "
                                         "'' = none, or your own text (use the value SFT and GRPO use)")
     num_samples: int = setting(4, "completions sampled per prompt (k)")
@@ -64,7 +65,7 @@ class PreferencesConfig:
         check_range(self, "top_p", 0, 1, low_open=True)
         check_range(self, ("max_new_tokens", "max_samples", "batch_size", "synthetic_train_size"), 1)
         check_range(self, "min_margin", 0)
-        check_range(self, "seed", *SEED_RANGE)
+        check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
         if not self.judge:
             raise ConfigError("judge needs at least one reward spec, e.g. --judge accuracy")
 
@@ -75,7 +76,7 @@ def load_prompts(config: PreferencesConfig) -> list[dict[str, Any]]:
     from agentic_rl.data.formats import resolve_system_prompt
 
     extra: dict[str, Any] = {"question_field": config.question_field, "answer_field": config.answer_field,
-                             "ground_truth_field": config.ground_truth_field}
+                             "ground_truth_field": config.ground_truth_field, "synthetic_seed": config.synthetic_seed}
     if config.dataset.startswith("synthetic"):
         extra["synthetic_train_size"] = config.synthetic_train_size
     rows = load_task_dataset(config.dataset, split=config.split, seed=config.seed, max_samples=config.max_samples,

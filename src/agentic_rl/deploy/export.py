@@ -39,9 +39,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from agentic_rl.config import setting
 from agentic_rl.errors import ConfigError, ModelLoadError
 from agentic_rl.utils import log, write_json
 
@@ -53,24 +54,23 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 @dataclass
 class ExportConfig:
-    source: str = field(default="", metadata={
-        "help": "what to export: a model directory, a PEFT adapter directory, or a stage/pipeline run directory "
-                "(searched grpo, sft, pretrain, base; merged/ final/ best/ model/ adapter/ checkpoint-N/)",
-        "positional": True})
-    out: str = field(default="", metadata={"help": "output directory for the merged model (required)"})
-    dtype: str = field(default="auto", metadata={
-        "help": "dtype of the saved weights; auto keeps the source's (the base's for an adapter)", "choices": DTYPES})
-    stage: str | None = field(default=None, metadata={
-        "help": "in a run directory, export this stage's model (e.g. sft) instead of searching the latest stage"})
-    base_model: str | None = field(default=None, metadata={
-        "help": "base model for an adapter (default: base_model_name_or_path from adapter_config.json)"})
-    chat_template: str | None = field(default=None, metadata={
-        "help": "a Jinja chat-template file to install in the tokenizer (needed when the source has none)"})
-    max_shard_size: str = field(default="5GB", metadata={"help": "largest safetensors shard, e.g. 2GB"})
-    overwrite: bool = field(default=False, metadata={
-        "help": "replace the model files in a non-empty --out directory (an earlier export is always replaced)"})
-    trust_remote_code: bool = field(default=False, metadata={
-        "help": "allow model code shipped with the checkpoint to run (off: only architectures transformers knows)"})
+    source: str = setting("", "what to export: a model directory, a PEFT adapter directory, or a stage/pipeline run "
+                              "directory (searched grpo, sft, pretrain, base; merged/ final/ best/ model/ adapter/ "
+                              "checkpoint-N/)", positional=True)
+    out: str = setting("", "output directory for the merged model (required)")
+    dtype: str = setting("auto", "dtype of the saved weights; auto keeps the source's (the base's for an adapter)",
+                                 choices=DTYPES)
+    stage: str | None = setting(None, "in a run directory, export this stage's model (e.g. sft) instead of searching "
+                                      "the latest stage")
+    base_model: str | None = setting(None, "base model for an adapter (default: base_model_name_or_path from "
+                                           "adapter_config.json)")
+    chat_template: str | None = setting(None, "a Jinja chat-template file to install in the tokenizer (needed when "
+                                              "the source has none)")
+    max_shard_size: str = setting("5GB", "largest safetensors shard, e.g. 2GB")
+    overwrite: bool = setting(False, "replace the model files in a non-empty --out directory (an earlier export is "
+                                     "always replaced)")
+    trust_remote_code: bool = setting(False, "allow model code shipped with the checkpoint to run (off: only "
+                                             "architectures transformers knows)")
 
     def __post_init__(self) -> None:
         if not self.source:

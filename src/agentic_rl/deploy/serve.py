@@ -54,7 +54,7 @@ from typing import Any
 
 from fastapi import Request  # at module level: FastAPI resolves the handlers' string annotations here
 
-from agentic_rl.config import check_range
+from agentic_rl.config import check_range, setting
 from agentic_rl.errors import ConfigError
 from agentic_rl.utils import log, warn
 
@@ -69,37 +69,33 @@ ECHO_CHARS = 80  # longest piece of a client's input an error message repeats ba
 
 @dataclass
 class ServeConfig:
-    model: str = field(default="", metadata={
-        "help": "model to serve: an exported directory (agentic-rl export), any model or adapter directory, or a "
-                "run directory (searched like export)", "positional": True})
-    host: str = field(default="127.0.0.1", metadata={"help": "interface to bind; 0.0.0.0 exposes the server to the "
-                                                             "network (use an API key then)"})
-    port: int = field(default=8000, metadata={"help": "TCP port"})
-    api_key: str | None = field(default=None, metadata={
-        "help": "require 'Authorization: Bearer KEY' on /v1 requests (default: $AGENTIC_RL_API_KEY if set, else open)"})
-    served_model_name: str | None = field(default=None, metadata={
-        "help": "the model id clients pass as 'model' (default: the directory's name)"})
-    max_batch_size: int = field(default=8, metadata={"help": "most sequences generated together in one batch"})
-    batch_wait_ms: float = field(default=10.0, metadata={
-        "help": "how long the first waiting request waits for others to join its batch (milliseconds)"})
-    max_new_tokens: int = field(default=256, metadata={"help": "completion length when a request gives no max_tokens"})
-    max_tokens_limit: int = field(default=4096, metadata={"help": "largest max_tokens a request may ask for"})
-    max_request_bytes: int = field(default=1 << 20, metadata={
-        "help": "largest request body accepted, in bytes (larger ones get 413 before they are parsed)"})
-    max_prompt_tokens: int | None = field(default=None, metadata={
-        "help": "longest prompt accepted, in tokens (default: the model's context minus the request's max_tokens)"})
-    temperature: float | None = field(default=None, metadata={
-        "help": "temperature when a request gives none (default: the model's generation_config if it samples, "
-                "else 1.0 as in OpenAI's API)"})
-    top_p: float | None = field(default=None, metadata={"help": "top_p when a request gives none (same default rule)"})
-    enable_thinking: bool = field(default=False, metadata={
-        "help": "pass enable_thinking=True to the chat template (Qwen3 reasoning mode)"})
-    device: str = field(default="auto", metadata={"help": "auto (cuda if available), cpu, cuda or cuda:N"})
-    dtype: str = field(default="auto", metadata={"help": "weights dtype; auto keeps the saved one",
-                                                  "choices": ("auto", "float32", "bfloat16", "float16")})
-    log_level: str = field(default="info", metadata={"help": "uvicorn log level",
-                                                      "choices": ("critical", "error", "warning", "info", "debug")})
-    trust_remote_code: bool = field(default=False, metadata={"help": "allow model code shipped with the checkpoint"})
+    model: str = setting("", "model to serve: an exported directory (agentic-rl export), any model or adapter "
+                             "directory, or a run directory (searched like export)", positional=True)
+    host: str = setting("127.0.0.1", "interface to bind; 0.0.0.0 exposes the server to the network (use an API key "
+                                     "then)")
+    port: int = setting(8000, "TCP port")
+    api_key: str | None = setting(None, "require 'Authorization: Bearer KEY' on /v1 requests (default: "
+                                        "$AGENTIC_RL_API_KEY if set, else open)")
+    served_model_name: str | None = setting(None, "the model id clients pass as 'model' (default: the directory's "
+                                                  "name)")
+    max_batch_size: int = setting(8, "most sequences generated together in one batch")
+    batch_wait_ms: float = setting(10.0, "how long the first waiting request waits for others to join its batch "
+                                         "(milliseconds)")
+    max_new_tokens: int = setting(256, "completion length when a request gives no max_tokens")
+    max_tokens_limit: int = setting(4096, "largest max_tokens a request may ask for")
+    max_request_bytes: int = setting(1 << 20, "largest request body accepted, in bytes (larger ones get 413 before "
+                                              "they are parsed)")
+    max_prompt_tokens: int | None = setting(None, "longest prompt accepted, in tokens (default: the model's context "
+                                                  "minus the request's max_tokens)")
+    temperature: float | None = setting(None, "temperature when a request gives none (default: the model's "
+                                              "generation_config if it samples, else 1.0 as in OpenAI's API)")
+    top_p: float | None = setting(None, "top_p when a request gives none (same default rule)")
+    enable_thinking: bool = setting(False, "pass enable_thinking=True to the chat template (Qwen3 reasoning mode)")
+    device: str = setting("auto", "auto (cuda if available), cpu, cuda or cuda:N")
+    dtype: str = setting("auto", "weights dtype; auto keeps the saved one",
+                                 choices=("auto", "float32", "bfloat16", "float16"))
+    log_level: str = setting("info", "uvicorn log level", choices=("critical", "error", "warning", "info", "debug"))
+    trust_remote_code: bool = setting(False, "allow model code shipped with the checkpoint")
 
     def __post_init__(self) -> None:
         if not self.model:

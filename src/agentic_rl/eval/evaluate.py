@@ -31,7 +31,7 @@ Outputs (in ``--output-dir``, default ``runs/eval``; one sub-directory per model
 
 In-process use (the GRPO trainer's periodic held-out evaluation, the pipeline)::
 
-    metrics = evaluate_model(model, rows, tokenizer=tok, max_new_tokens=128, max_samples=32)
+    metrics = evaluate_model(model, rows, tokenizer=tok, max_new_tokens=128, eval_samples=32)
 
 accepts a model object (a ``PeftModel`` too) or a path, and returns the model to train mode if it was training.
 """
@@ -60,8 +60,9 @@ class EvalConfig(EnvironmentSettings):
                                  positional=True)
     dataset: str = setting("synthetic", "'synthetic', 'gsm8k' / a hub id, a local file or folder, or 'module:function'")
     split: str = setting("test", "dataset split")
-    max_samples: int | None = setting(None, "evaluate this many problems drawn at random with --seed (default: all)")
+    eval_samples: int | None = setting(None, "evaluate this many problems drawn at random with --seed (default: all)")
     seed: int = setting(0, "seed for the sample of problems and for sampling")
+    synthetic_seed: int = setting(0, "seed of the synthetic task (same for all stages)")
     question_field: str | None = setting(None, "custom datasets: column holding the question")
     answer_field: str | None = setting(None, "custom datasets: column holding the reference solution")
     ground_truth_field: str | None = setting(None, "custom datasets: column holding the final answer")
@@ -82,11 +83,11 @@ class EvalConfig(EnvironmentSettings):
     output_dir: str | None = setting(None, "run directory (default runs/eval)")
 
     def __post_init__(self) -> None:
-        check_range(self, ("max_new_tokens", "num_samples", "batch_size", "max_samples"), 1)
+        check_range(self, ("max_new_tokens", "num_samples", "batch_size", "eval_samples"), 1)
         check_range(self, "temperature", 0, meaning="0 = greedy")
         check_range(self, "top_p", 0, 1, low_open=True)
         check_range(self, "num_examples", 0)
-        check_range(self, "seed", *SEED_RANGE)
+        check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
         if self.num_samples > 1 and self.temperature == 0:
             raise ConfigError(f"num_samples ({self.num_samples}) > 1 needs --temperature > 0: greedy samples are "
                               "all identical (e.g. --temperature 0.7)")
@@ -112,12 +113,12 @@ class EvalConfig(EnvironmentSettings):
 # ---------------------------------------------------------------------------------------------------------------
 
 def load_rows(config: EvalConfig) -> list[dict[str, Any]]:
-    """The evaluation rows for ``config`` (seeded sample of ``max_samples``) as plain dicts."""
+    """The evaluation rows for ``config`` (seeded sample of ``eval_samples``) as plain dicts."""
     from agentic_rl.data.custom import load_task_dataset
 
     ds = load_task_dataset(config.dataset, config.split, question_field=config.question_field,
                            answer_field=config.answer_field, ground_truth_field=config.ground_truth_field,
-                           max_samples=config.max_samples, seed=config.seed)
+                           max_samples=config.eval_samples, seed=config.seed, synthetic_seed=config.synthetic_seed)
     return ds.to_list() if hasattr(ds, "to_list") else list(ds)
 
 
@@ -126,10 +127,10 @@ def _as_rows(dataset: Any, config: EvalConfig) -> list[dict[str, Any]]:
     if isinstance(dataset, (str, Path)):
         return load_rows(config)
     rows = dataset.to_list() if hasattr(dataset, "to_list") else [dict(r) for r in dataset]
-    if config.max_samples is not None and len(rows) > config.max_samples:
+    if config.eval_samples is not None and len(rows) > config.eval_samples:
         from agentic_rl.data.gsm8k import sample_indices
 
-        rows = [rows[i] for i in sample_indices(len(rows), config.max_samples, config.seed)]
+        rows = [rows[i] for i in sample_indices(len(rows), config.eval_samples, config.seed)]
     for i, row in enumerate(rows):
         if "ground_truth" not in row or ("question" not in row and "prompt" not in row):
             raise ConfigError(f"evaluation row {i} needs 'question' (or 'prompt') and 'ground_truth'; got keys "
@@ -247,7 +248,7 @@ def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | Non
     ``model_or_path``: a model object (``PreTrainedModel`` or ``PeftModel``; then ``tokenizer`` is required) or a
     directory / hub id. ``dataset``: a source string for ``load_task_dataset``, or rows (list of dicts or a
     ``datasets.Dataset``) with ``question`` and ``ground_truth``. Settings come from ``config`` and/or keyword
-    overrides named like :class:`EvalConfig` fields (``max_samples=32, max_new_tokens=128``); an unknown keyword
+    overrides named like :class:`EvalConfig` fields (``eval_samples=32, max_new_tokens=128``); an unknown keyword
     is a :class:`ConfigError`. With ``output_dir`` the metrics, predictions and report are written there.
     """
     from agentic_rl.eval.error_analysis import summarize_errors

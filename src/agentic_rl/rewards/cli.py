@@ -13,10 +13,11 @@ wrong equation under its row.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentic_rl.config import setting
 from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.rewards.calculator import check_equations, count_steps
 from agentic_rl.rewards.extraction import completion_text, extract_answer
@@ -28,23 +29,18 @@ DEFAULT_REWARDS = ["accuracy", "format", "step", "length", "process"]
 
 @dataclass
 class RewardCheckConfig:
-    action: str = field(default="check", metadata={
-        "help": "what to do: check = score every row of FILE", "positional": True, "choices": ["check"]})
-    file: str = field(default="", metadata={
-        "help": "JSONL file, one object per line with a completion and its ground truth", "positional": True})
-    rewards: list[str] = field(default_factory=lambda: list(DEFAULT_REWARDS), metadata={
-        "help": "reward spec: name[:weight], name(key=value,...)[:weight] or module:function[:weight]",
-        "flag": "reward"})
-    mode: str = field(default="strict", metadata={
-        "help": "answer extraction: strict (Final Answer / #### / \\boxed only) or lenient (else the last number)",
-        "choices": ["strict", "lenient"]})
-    use_math_verify: bool = field(default=False, metadata={
-        "help": "let math-verify confirm answers our parser rejects (symbolic answers)"})
-    completion_field: str = field(default="completion", metadata={"help": "field holding the completion"})
-    ground_truth_field: str = field(default="ground_truth", metadata={"help": "field holding the ground truth"})
-    limit: int | None = field(default=None, metadata={"help": "score only the first N rows"})
-    show_equations: bool = field(default=False, metadata={"help": "list each wrong equation under its row"})
-    output: str | None = field(default=None, metadata={"help": "also write per-sample scores to this JSONL file"})
+    action: str = setting("check", "what to do: check = score every row of FILE", positional=True, choices=["check"])
+    file: str = setting("", "JSONL file, one object per line with a completion and its ground truth", positional=True)
+    rewards: list[str] = setting(list(DEFAULT_REWARDS), "reward spec: name[:weight], name(key=value,...)[:weight] or "
+                                                        "module:function[:weight]", flag="reward")
+    mode: str = setting("strict", "answer extraction: strict (Final Answer / #### / \\boxed only) or lenient (else "
+                                  "the last number)", choices=["strict", "lenient"])
+    use_math_verify: bool = setting(False, "let math-verify confirm answers our parser rejects (symbolic answers)")
+    completion_field: str = setting("completion", "field holding the completion")
+    ground_truth_field: str = setting("ground_truth", "field holding the ground truth")
+    limit: int | None = setting(None, "score only the first N rows")
+    show_equations: bool = setting(False, "list each wrong equation under its row")
+    output: str | None = setting(None, "also write per-sample scores to this JSONL file")
 
     def __post_init__(self) -> None:
         if not self.file:

@@ -86,8 +86,8 @@ TRAIN_KEYS = ("algorithm", "name", "rewards", "reward")  # the tool's own train 
 #: The book's keys per action -> the setting of ours they map to (how, where it is not a rename, in the docstring).
 BOOK_KEYS: dict[str, dict[str, str]] = {
     "train": {"model_name": "model", "num_epochs": "epochs (sft) / max_steps from the data size (grpo)",
-              "use_lora": "full = not use_lora", "batch_size": "batch_size", "max_samples": "max_samples (sft) / "
-              "max_train_samples (grpo)", "output_dir": "output_dir", "dataset": "dataset",
+              "use_lora": "full = not use_lora", "batch_size": "batch_size", "max_samples": "max_train_samples",
+              "output_dir": "output_dir", "dataset": "dataset",
               "custom_dataset": "dataset (registered first)", "custom_reward": "rewards (registered first)",
               "use_wandb": "report_to", "use_tensorboard": "report_to",
               "wandb_project": "WANDB_PROJECT during the run"},
@@ -95,7 +95,7 @@ BOOK_KEYS: dict[str, dict[str, str]] = {
                      "model_name": "renders the rl example with this tokenizer's chat template"},
     "create_reward": {"reward_type": "rewards", "penalty_weight": "length(alpha=penalty_weight/max_length)",
                       "max_length": "length(target_length=max_length)", "step_bonus": "step(beta=step_bonus)"},
-    "evaluate": {"model_path": "model", "max_samples": "max_samples"},
+    "evaluate": {"model_path": "model", "max_samples": "eval_samples"},
 }
 #: Keys only the book uses: one of them in a call turns on the book's defaults for that action.
 BOOK_ONLY = {"train": {"model_name", "num_epochs", "use_lora", "custom_dataset", "custom_reward", "use_wandb",
@@ -108,7 +108,7 @@ BOOK_DEFAULTS = {"train": {"algorithm": "sft", "dataset": "gsm8k", "num_epochs":
                  "load_dataset": {"format": "sft", "split": "train", "max_samples": 100, "source": "gsm8k"},
                  "create_reward": {"reward_type": "accuracy", "penalty_weight": 0.001, "max_length": 1024,
                                    "step_bonus": 0.1},
-                 "evaluate": {"max_samples": 100, "dataset": "gsm8k", "split": "test", "max_new_tokens": 128}}
+                 "evaluate": {"eval_samples": 100, "dataset": "gsm8k", "split": "test", "max_new_tokens": 128}}
 #: Rewards handed over as Python callables (``custom_reward``, ``register_reward_function``): reachable as
 #: ``agentic_rl.tools.rl_training:IN_PROCESS_REWARDS.<key>`` specs, so the stages load them like any user reward.
 IN_PROCESS_REWARDS = types.SimpleNamespace()
@@ -596,8 +596,7 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
                 raise ConfigError("give 'use_lora' (the book's name) or 'full', not both")
             params["full"] = not _flag(params, "use_lora", defaults["use_lora"])
         params.setdefault("batch_size", defaults["batch_size"])
-        if algorithm == "grpo":
-            _pop_renamed(params, "max_samples", "max_train_samples")
+        _pop_renamed(params, "max_samples", "max_train_samples")
 
         if "report_to" in params:
             if params.keys() & {"use_wandb", "use_tensorboard"}:
@@ -702,6 +701,7 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
 
         name = self._new_name(params.pop("name", None), "eval", self.runs)
         book = "model_path" in params
+        _pop_renamed(params, "max_samples", "eval_samples")
         if book:
             _pop_renamed(params, "model_path", "model")
             for key, value in BOOK_DEFAULTS["evaluate"].items():

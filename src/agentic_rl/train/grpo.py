@@ -115,7 +115,7 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.models.fingerprint import weights_fingerprint, write_base_fingerprint
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.train.signal import check_signal_settings
-from agentic_rl.utils import append_jsonl, has_gpu, log, read_jsonl, set_seed, supports_bf16, write_json
+from agentic_rl.utils import append_jsonl, has_gpu, log, read_jsonl, set_seed, supports_bf16, warn, write_json
 
 SYNTHETIC_TEST_GUARD = 2000
 LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
@@ -141,11 +141,11 @@ _TRL_ONLY_GENERATION = ("generation_kwargs", "repetition_penalty", "min_p", "cac
 PRESETS: dict[str, dict[str, Any]] = {
     "default": dict(learning_rate=1e-5, full_learning_rate=3e-6, max_steps=300, num_generations=8, batch_size=16,
                     gradient_accumulation_steps=4, max_completion_length=256, temperature=0.9,
-                    heldout_every=50, heldout_samples=100, save_steps=50, lora_r=16, lora_alpha=32,
+                    heldout_every=50, eval_samples=100, save_steps=50, lora_r=16, lora_alpha=32,
                     generation_backend="trl"),
     "tiny": dict(learning_rate=3e-4, full_learning_rate=3e-5, max_steps=40, num_generations=8, batch_size=64,
                  gradient_accumulation_steps=1, max_completion_length=64, temperature=1.0,
-                 heldout_every=10, heldout_samples=64, save_steps=20, lora_r=64, lora_alpha=128,
+                 heldout_every=10, eval_samples=64, save_steps=20, lora_r=64, lora_alpha=128,
                  generation_backend="compact"),
 }
 
@@ -162,7 +162,9 @@ class GRPOConfig(EnvironmentSettings):
                      "'tiny' (the embedded model on CPU)", choices=list(PRESETS))
     dataset: str = setting("synthetic", "prompts with ground truth: 'synthetic', a hub id, or a local file/folder")
     split: str = setting("train", "dataset split used for training prompts")
-    max_train_samples: int | None = setting(None, "use at most this many training prompts (default: all)")
+    max_train_samples: int | None = setting(None, "use at most this many training prompts (default: all; the "
+                                            "synthetic task generates this many, default 2000)")
+    synthetic_seed: int = setting(0, "seed of the synthetic task (same for all stages)")
     question_field: str | None = setting(None, "custom datasets: column holding the question")
     answer_field: str | None = setting(None, "custom datasets: column holding the reference solution")
     ground_truth_field: str | None = setting(None, "custom datasets: column holding the final answer")
@@ -176,7 +178,8 @@ class GRPOConfig(EnvironmentSettings):
                               "directory is an error)")
 
     # --- what is trained ------------------------------------------------------------------------------------------
-    full: bool = setting(False, "full fine-tuning instead of LoRA (the reference is then a second copy of the model)")
+    full: bool = setting(False, "full fine-tuning instead of LoRA (this stage trains a LoRA adapter by default; with "
+                         "full, the reference is a second copy of the model)")
     lora_r: int | None = setting(None, "LoRA rank")
     lora_alpha: int | None = setting(None, "LoRA alpha (scale = alpha / r)")
     lora_dropout: float = setting(0.0, "LoRA dropout")
@@ -252,7 +255,9 @@ class GRPOConfig(EnvironmentSettings):
 
     # --- held-out evaluation and checkpoints ---------------------------------------------------------------------
     heldout_every: int | None = setting(None, "greedy held-out evaluation every N steps (0 = off)")
-    heldout_samples: int | None = setting(None, "held-out problems per evaluation")
+    eval_samples: int | None = setting(None, "held-out problems per evaluation: the validation slice carved out of "
+                                          "the training split, never trained on (with heldout_every 0 and this "
+                                          "unset, none)")
     heldout_dataset: str | None = setting(None, "held-out source (default: same as dataset)")
     heldout_split: str = setting("train", "held-out split; when equal to split, held-out problems are carved out of it "
                             "(disjoint from training prompts and from the test split)")
@@ -266,6 +271,8 @@ class GRPOConfig(EnvironmentSettings):
         if self.preset not in PRESETS:
             raise ConfigError(f"preset must be one of {', '.join(PRESETS)}; got {self.preset!r}")
         preset = PRESETS[self.preset]
+        if self.eval_samples is None and self.heldout_every == 0:
+            self.eval_samples = 0  # checks off and no slice asked for: nothing is held out of training
         if self.generation_backend is None and (self.use_vllm or self.algorithm == "rloo"):
             self.generation_backend = "trl"  # vLLM / RLOO's trainer generate; the preset's choice is for GRPO
         for name, value in preset.items():
@@ -289,7 +296,7 @@ class GRPOConfig(EnvironmentSettings):
         check_range(self, ("max_steps", "batch_size", "gradient_accumulation_steps", "max_completion_length",
                            "num_iterations", "logging_steps", "save_steps", "save_total_limit", "max_train_samples",
                            "generation_batch_size", "steps_per_generation", "completions_per_log"), 1)
-        check_range(self, ("heldout_every", "heldout_samples"), 0)  # 0: no held-out evaluation
+        check_range(self, ("heldout_every", "eval_samples"), 0)  # 0: no held-out evaluation
         check_range(self, ("completions_every", "top_k", "kl_warmup_steps"), 0)
         check_range(self, ("learning_rate", "temperature", "epsilon_high", "kl_high"), 0, low_open=True)
         check_range(self, "epsilon", 0, 1, low_open=True, high_open=True)
@@ -297,7 +304,7 @@ class GRPOConfig(EnvironmentSettings):
         check_range(self, ("warmup_ratio", "collapse_fraction", "truncated_high"), 0, 1)
         check_range(self, "lora_dropout", 0, 1, high_open=True)
         check_range(self, ("top_p", "vllm_gpu_memory_utilization"), 0, 1, low_open=True)
-        check_range(self, "seed", *SEED_RANGE)
+        check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
         if self.use_vllm and importlib.util.find_spec("vllm") is None:
             raise ConfigError("use_vllm needs vLLM, which is not installed: pip install -e '.[vllm]' (GPU), "
                               "or drop --use-vllm to generate with transformers")
@@ -447,43 +454,50 @@ def load_data(config: GRPOConfig, env: Any = None):
     the held-out problems are carved out of the training split, disjoint from the training prompts and from the
     test split the final evaluation uses, so picking ``best/`` by them does not peek at the test set.
     """
-    import random
-
     from agentic_rl.agent.settings import environment_system_prompt
     from agentic_rl.data import load_task_dataset, to_rl_dataset
     from agentic_rl.data.formats import resolve_system_prompt
+    from agentic_rl.eval.validation import training_and_validation_rows
 
     system_prompt = (environment_system_prompt(config.system_prompt, env) if env is not None
                      else resolve_system_prompt(config.system_prompt))
-    n_heldout = config.heldout_samples if config.heldout_every else 0
+    n_heldout = config.eval_samples or 0
     carve = n_heldout > 0 and config.heldout_split == config.split and config.heldout_dataset in (None, config.dataset)
-    extra: dict[str, Any] = {"question_field": config.question_field, "answer_field": config.answer_field,
-                             "ground_truth_field": config.ground_truth_field}
+    columns: dict[str, Any] = {"question_field": config.question_field, "answer_field": config.answer_field,
+                               "ground_truth_field": config.ground_truth_field}
+    extra: dict[str, Any] = {**columns, "synthetic_seed": config.synthetic_seed}
     if config.dataset.startswith("synthetic"):
-        extra["synthetic_train_size"] = (config.max_train_samples or 2000) + (n_heldout if carve else 0)
+        extra["synthetic_train_size"] = config.max_train_samples
         # Training questions never include any of the first SYNTHETIC_TEST_GUARD test questions (the synthetic test
         # split of any size up to that is a prefix of the same stream), whatever test size evaluation uses.
         extra["synthetic_test_size"] = SYNTHETIC_TEST_GUARD
-    rows = to_rl_dataset(load_task_dataset(config.dataset, split=config.split, seed=config.seed, **extra),
-                         system_prompt).to_list()
-    random.Random(config.seed).shuffle(rows)
-    heldout = None
-    if carve:
-        if len(rows) <= n_heldout:
-            raise ConfigError(f"heldout_samples ({n_heldout}) leaves no training prompts from {len(rows)} rows of "
-                              f"{config.dataset}:{config.split}; lower heldout_samples or use heldout_split")
-        heldout, rows = rows[:n_heldout], rows[n_heldout:]
-    elif n_heldout:
+    train_rows, held_rows = training_and_validation_rows(config.dataset, config.split, seed=config.seed,
+                                                         eval_samples=n_heldout if carve else 0, **extra)
+    rows = to_rl_dataset(train_rows, system_prompt).to_list()
+    heldout = to_rl_dataset(held_rows, system_prompt).to_list() if carve else None
+    if n_heldout and not carve:  # an explicit other source: the user's choice (the test split is warned about)
         source = config.heldout_dataset or config.dataset
-        columns = {k: v for k, v in extra.items() if k.endswith("_field")} if source == config.dataset else {}
+        if config.heldout_split == "test":
+            warn(f"heldout_split 'test': best/ and the held-out curve are chosen on the test split that the final "
+                 f"evaluation reports; leave heldout_split at '{config.split}' for a validation slice of it")
         held = load_task_dataset(source, split=config.heldout_split, seed=config.seed, max_samples=n_heldout,
-                                 **columns)
+                                 synthetic_seed=config.synthetic_seed, **(columns if source == config.dataset else {}))
         heldout = to_rl_dataset(held, system_prompt).to_list()
     if config.max_train_samples:
         rows = rows[:config.max_train_samples]
     import datasets
 
     return datasets.Dataset.from_list(rows), heldout
+
+
+def validation_rows(config: GRPOConfig) -> list[dict[str, Any]]:
+    """The held-out problems of this config's periodic checks (its validation slice), with its prompts."""
+    env = None
+    if config.environment is not None:
+        from agentic_rl.agent.settings import build_environment
+
+        env = build_environment(config)()
+    return load_data(config, env)[1] or []
 
 
 def select_training_prompts(model, tokenizer, train, config: GRPOConfig):
@@ -763,7 +777,7 @@ def _make_callback(config: GRPOConfig, out: Path, logger: MetricsLogger, rules, 
                 logger.text(step, "grpo/completions", "\n\n---\n\n".join(shown))
 
         def on_train_begin(self, args, st, control, model=None, **kwargs):
-            if heldout is not None and st.global_step == 0:
+            if heldout is not None and config.heldout_every and st.global_step == 0:
                 self._heldout(st.global_step, model)
 
         def on_step_end(self, args, st, control, model=None, **kwargs):
@@ -808,26 +822,14 @@ def _text(completion: Any) -> str:
 
 
 def evaluate_heldout(model, tokenizer, rows, config: GRPOConfig, env_factory=None) -> dict[str, Any]:
-    """Greedy held-out metrics of the current policy, scored like the final evaluation (the eval helper's
-    ``evaluate_model``, which uses the same parse-and-compare as the accuracy reward). With an environment: greedy
-    episodes with its tools (:func:`agentic_rl.eval.episodes.evaluate_episodes`), accuracy and tool statistics."""
-    if env_factory is not None:
-        from agentic_rl.eval.episodes import evaluate_episodes
+    """Greedy held-out metrics of the current policy by the one held-out scorer that ``tune`` scores trials with
+    (:func:`agentic_rl.eval.validation.score_heldout`: the final evaluation's parse-and-compare; with an environment,
+    greedy episodes with its tools)."""
+    from agentic_rl.eval import validation
 
-        stats, _ = evaluate_episodes(model, tokenizer, rows, env_factory, tools=True,
-                                     tools_in_prompt=config.tools_in_prompt, max_turn_tokens=config.max_turn_tokens,
-                                     max_completion_length=config.max_completion_length)
-        # avg_reward is the episode return, the reward GRPO optimises here (best_metric: avg_reward picks by it)
-        return {**{k: v for k, v in stats.items() if isinstance(v, (int, float))}, "avg_reward": stats["return"],
-                "n": len(rows)}
-    from agentic_rl.eval import evaluate_model
-
-    m = evaluate_model(model, rows, tokenizer=tokenizer, max_new_tokens=config.max_completion_length,
-                       rewards=list(config.rewards), temperature=0.0)
-    out = {"accuracy": m.get("accuracy_strict"), "accuracy_lenient": m.get("accuracy_lenient"),
-           "format_rate": m.get("format_rate"), "avg_reward": m.get("avg_reward"), "avg_tokens": m.get("avg_tokens"),
-           "truncation_rate": m.get("truncation_rate"), "n": m.get("num_prompts", len(rows))}
-    return {k: v for k, v in out.items() if v is not None}
+    return validation.score_heldout(model, tokenizer, rows, max_new_tokens=config.max_completion_length,
+                                    rewards=list(config.rewards), env_factory=env_factory,
+                                    tools_in_prompt=config.tools_in_prompt, max_turn_tokens=config.max_turn_tokens)
 
 
 def compact_rollout(prompts: list[list[dict[str, str]]], trainer) -> dict[str, Any]:

@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import SEED_RANGE, check_range, format_config, report_to_list, save_config
+from agentic_rl.config import SEED_RANGE, check_range, format_config, report_to_list, save_config, setting
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
@@ -41,48 +41,44 @@ PRETRAIN_OUTPUTS = ("checkpoints", "tokenizer", "model", "metrics.json", "log_hi
 
 @dataclass
 class PretrainConfig:
-    output_dir: str | None = field(default=None, metadata={"help": "run directory (default runs/pretrain); the model "
-                                                                   "is saved in <output_dir>/model"})
-    seed: int = field(default=0, metadata={"help": "random seed (corpus, initialisation, data order)"})
-    corpus_lines: int = field(default=40000, metadata={"help": "lines of synthetic pretraining text"})
-    corpus: str = field(default="arithmetic", metadata={
-        "help": "pretraining text: 'arithmetic' (facts, chains, question sentences) or 'arithmetic+copy' (a share "
-                "copy_fraction of the lines replaced by copy lines: questions followed by their calculator "
-                "expressions, repeated number lists; for the agentic quickstart, whose tool calls copy numbers)",
-        "choices": list(CORPORA)})
-    copy_fraction: float = field(default=0.75, metadata={
-        "help": "with corpus 'arithmetic+copy': share of the lines that are copy lines (two thirds of them questions "
-                "with their expressions, one third repeated number lists)"})
-    exclude_test: int = field(default=1000, metadata={
-        "help": "keep the first N held-out synthetic test questions (data_seed) out of the corpus"})
-    data_seed: int = field(default=0, metadata={"help": "seed of the synthetic task split whose test questions are "
-                                                        "excluded (the evaluation split's seed)"})
-    model_preset: str = field(default="tiny", metadata={"help": "model size preset",
-                                                        "choices": ["micro", "tiny", "small"]})
-    hidden_size: int | None = field(default=None, metadata={"help": "override the preset's hidden size"})
-    num_layers: int | None = field(default=None, metadata={"help": "override the preset's number of layers"})
-    vocab_size: int = field(default=1024, metadata={"help": "BPE vocabulary size (incl. 256 bytes and 9 chat/tool "
-                                                            "tokens)"})
-    seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
-    max_steps: int = field(default=300, metadata={"help": "optimizer steps (-1: use epochs)"})
-    epochs: float = field(default=1.0, metadata={"help": "passes over the corpus when max_steps is -1"})
-    batch_size: int = field(default=32, metadata={"help": "blocks per optimizer step"})
-    learning_rate: float = field(default=3e-3, metadata={"help": "peak AdamW learning rate"})
-    warmup_ratio: float = field(default=0.05, metadata={"help": "share of steps for linear warm-up"})
-    lr_scheduler_type: str = field(default="cosine", metadata={"help": "decay after warm-up",
-                                                               "choices": ["cosine", "linear", "constant_with_warmup"]})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
-    eval_fraction: float = field(default=0.02, metadata={"help": "share of blocks held out for the eval loss"})
-    logging_steps: int = field(default=10, metadata={"help": "log loss / grad norm / lr every N steps"})
-    report_to: list[str] = field(default_factory=lambda: ["tensorboard"], metadata={
-        "help": "metric backends: tensorboard, wandb (offline works), none (comma list)"})
-    resume: bool = field(default=False, metadata={
-        "help": "continue from the last complete checkpoint in the run directory (same settings only; max_steps may "
-                "grow)"})
-    overwrite: bool = field(default=False, metadata={
-        "help": "replace a finished or interrupted run in the run directory (without it, such a directory is an "
-                "error)"})
-    save_steps: int = field(default=0, metadata={"help": "save a checkpoint every N steps (0: only at the end)"})
+    output_dir: str | None = setting(None, "run directory (default runs/pretrain); the model is saved in "
+                                           "<output_dir>/model")
+    seed: int = setting(0, "random seed (corpus, initialisation, data order)")
+    corpus_lines: int = setting(40000, "lines of synthetic pretraining text")
+    corpus: str = setting("arithmetic", "pretraining text: 'arithmetic' (facts, chains, question sentences) or "
+                                        "'arithmetic+copy' (a share copy_fraction of the lines replaced by copy "
+                                        "lines: questions followed by their calculator expressions, repeated number "
+                                        "lists; for the agentic quickstart, whose tool calls copy numbers)",
+                                        choices=list(CORPORA))
+    copy_fraction: float = setting(0.75, "with corpus 'arithmetic+copy': share of the lines that are copy lines (two "
+                                         "thirds of them questions with their expressions, one third repeated number "
+                                         "lists)")
+    exclude_test: int = setting(1000, "keep the first N held-out synthetic test questions (synthetic_seed) out of the "
+                                      "corpus")
+    synthetic_seed: int = setting(0, "seed of the synthetic task whose test questions are excluded (same for all "
+                                     "stages)")
+    model_preset: str = setting("tiny", "model size preset", choices=["micro", "tiny", "small"])
+    hidden_size: int | None = setting(None, "override the preset's hidden size")
+    num_layers: int | None = setting(None, "override the preset's number of layers")
+    vocab_size: int = setting(1024, "BPE vocabulary size (incl. 256 bytes and 9 chat/tool tokens)")
+    seq_length: int = setting(128, "tokens per training block")
+    max_steps: int = setting(300, "optimizer steps (-1: use epochs)")
+    epochs: float = setting(1.0, "passes over the corpus when max_steps is -1")
+    batch_size: int = setting(32, "blocks per optimizer step")
+    learning_rate: float = setting(3e-3, "peak AdamW learning rate")
+    warmup_ratio: float = setting(0.05, "share of steps for linear warm-up")
+    lr_scheduler_type: str = setting("cosine", "decay after warm-up",
+                                               choices=["cosine", "linear", "constant_with_warmup"])
+    weight_decay: float = setting(0.01, "AdamW weight decay")
+    eval_fraction: float = setting(0.02, "share of blocks held out for the eval loss")
+    logging_steps: int = setting(10, "log loss / grad norm / lr every N steps")
+    report_to: list[str] = setting(["tensorboard"], "metric backends: tensorboard, wandb (offline works), none (comma "
+                                                    "list)")
+    resume: bool = setting(False, "continue from the last complete checkpoint in the run directory (same settings "
+                                  "only; max_steps may grow)")
+    overwrite: bool = setting(False, "replace a finished or interrupted run in the run directory (without it, such a "
+                                     "directory is an error)")
+    save_steps: int = setting(0, "save a checkpoint every N steps (0: only at the end)")
 
     def __post_init__(self):
         if self.corpus not in CORPORA:
@@ -100,7 +96,7 @@ class PretrainConfig:
         check_range(self, ("learning_rate", "epochs"), 0, low_open=True)
         check_range(self, ("warmup_ratio", "copy_fraction"), 0, 1)
         check_range(self, "weight_decay", 0)
-        check_range(self, ("seed", "data_seed"), *SEED_RANGE)
+        check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -114,9 +110,9 @@ def build_corpus(config: PretrainConfig) -> list[str]:
     test_questions = []
     copy_lines = int(round(config.corpus_lines * config.copy_fraction)) if config.corpus == "arithmetic+copy" else 0
     if config.exclude_test:
-        test_questions = evaluation_questions("synthetic", config.exclude_test, config.data_seed)
+        test_questions = evaluation_questions("synthetic", config.exclude_test, config.synthetic_seed)
         if copy_lines:  # the copy lines also hold multiplication problems: keep that task's test split out too
-            test_questions += evaluation_questions("synthetic:multiplication", config.exclude_test, config.data_seed)
+            test_questions += evaluation_questions("synthetic:multiplication", config.exclude_test, config.synthetic_seed)
     lines = arithmetic_corpus(config.corpus_lines - copy_lines, config.seed, exclude=test_questions)
     if copy_lines:
         lines += copy_corpus(copy_lines, config.seed, exclude=test_questions)
@@ -124,12 +120,12 @@ def build_corpus(config: PretrainConfig) -> list[str]:
     return lines
 
 
-def evaluation_questions(source: str, n: int, data_seed: int) -> list[str]:
+def evaluation_questions(source: str, n: int, synthetic_seed: int) -> list[str]:
     """The first ``n`` test questions of a synthetic source exactly as the stages load them (same task knobs, same
     seed), so that what pretraining leaves out is what evaluation asks."""
     from agentic_rl.data.custom import load_task_dataset
 
-    rows = load_task_dataset(source, "test", synthetic_seed=data_seed, synthetic_test_size=n).to_list()
+    rows = load_task_dataset(source, "test", synthetic_seed=synthetic_seed, synthetic_test_size=n).to_list()
     return [r["question"] for r in rows]
 
 

@@ -52,7 +52,7 @@ class RewardModelConfig:
     seed: int = setting(0, "random seed (held-out split, score head and LoRA init, data order)")
     max_samples: int | None = setting(None, "use at most N pairs (random, seed), before the held-out split")
     heldout_fraction: float = setting(0.1, "share of the pairs held out to measure pairwise accuracy (0..0.5)")
-    full: bool = setting(False, "full fine-tuning instead of LoRA")
+    full: bool = setting(False, "full fine-tuning instead of LoRA (this stage trains a LoRA adapter by default)")
     lora_r: int = setting(16, "LoRA rank")
     lora_alpha: int = setting(32, "LoRA alpha (the update is scaled by alpha / r)")
     lora_dropout: float = setting(0.0, "dropout on the LoRA input")

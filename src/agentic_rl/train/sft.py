@@ -36,12 +36,13 @@ Run: ``agentic-rl sft --model runs/pretrain/model --output-dir runs/sft`` (add `
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import SEED_RANGE, check_range, check_retired_value, format_config, report_to_list, save_config
+from agentic_rl.config import (SEED_RANGE, check_range, check_retired_value, format_config, report_to_list,
+                               save_config, setting)
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
@@ -51,78 +52,76 @@ ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 SFT_OUTPUTS = ("checkpoints", "adapter", "merged", "metrics.json", "log_history.json", "tensorboard")
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
+#: Rows the synthetic task generates for SFT when max_train_samples is unset.
+SYNTHETIC_TRAIN_ROWS = 5000
 
 
 @dataclass
 class SFTConfig(EnvironmentSettings):
     """Every setting of the SFT stage (the environment settings come from :class:`EnvironmentSettings`)."""
 
-    model: str = field(default="runs/pretrain/model", metadata={
-        "help": "base model: Hub id or local directory (a model or a PEFT adapter directory)"})
-    dataset: str = field(default="synthetic", metadata={
-        "help": "task data: synthetic, gsm8k, a Hub id, a local file/folder, or a registered name"})
-    split: str = field(default="train", metadata={"help": "dataset split to train on"})
-    question_field: str | None = field(default=None, metadata={"help": "custom datasets: column holding the question"})
-    answer_field: str | None = field(default=None, metadata={
-        "help": "custom datasets: column holding the reference solution (steps and a final '#### N' or number)"})
-    ground_truth_field: str | None = field(default=None, metadata={
-        "help": "custom datasets: column holding the final answer"})
-    max_samples: int | None = field(default=None, metadata={"help": "use at most N training rows (random, seed)"})
-    synthetic_train_size: int = field(default=5000, metadata={"help": "rows in the synthetic train split"})
-    synthetic_test_size: int = field(default=SYNTHETIC_TEST_SIZE, metadata={
-        "help": "rows in the synthetic test split (kept out of training; match the evaluation's)"})
-    synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic task (same for all stages)"})
-    output_dir: str | None = field(default=None, metadata={"help": "run directory (default runs/sft)"})
-    seed: int = field(default=0, metadata={"help": "random seed (sampling, LoRA init, data order)"})
-    full: bool = field(default=False, metadata={"help": "full fine-tuning instead of LoRA"})
-    lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
-    lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (the update is scaled by alpha / r)"})
-    lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input"})
-    lora_target_modules: list[str] = field(default_factory=lambda: list(ATTENTION_TARGETS), metadata={
-        "help": "modules that get LoRA adapters (comma list)"})
-    lora_mlp: bool = field(default=False, metadata={"help": "also adapt the MLP (gate_proj, up_proj, down_proj)"})
-    learning_rate: float = field(default=2e-4, metadata={"help": "peak learning rate"})
-    epochs: float = field(default=1.0, metadata={"help": "passes over the data (when max_steps is -1)"})
-    max_steps: int = field(default=-1, metadata={"help": "optimizer steps; -1: use epochs"})
-    batch_size: int = field(default=16, metadata={"help": "rows per device per forward pass"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-steps per optimizer step"})
-    warmup_ratio: float = field(default=0.1, metadata={"help": "share of steps for linear warm-up"})
-    lr_scheduler_type: str = field(default="linear", metadata={
-        "help": "decay after warm-up (linear to 0 is the Hello-Agents book's schedule)",
-        "choices": ["linear", "cosine", "constant_with_warmup"]})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
-    max_length: int = field(default=512, metadata={"help": "truncate prompt + completion to N tokens"})
-    answer_only_fraction: float = field(default=0.0, metadata={
-        "help": "share of demonstrations showing only the final answer, no steps (imperfect demonstrations)"})
-    answer_first_fraction: float = field(default=0.0, metadata={
-        "help": "share of demonstrations stating the final answer first, then the steps (imperfect demonstrations)"})
-    direct_fraction: float = field(default=0.25, metadata={
-        "help": "environment: share of rows shown without the environment (standard prompt, no tools, the worked "
-                "solution), so the model can also be evaluated without tools"})
-    skip_tool_fraction: float = field(default=0.0, metadata={
-        "help": "environment: share of rows shown under the environment's prompt that answer directly without a tool "
-                "call (imperfect demonstrations, so RL has a tool-call rate to raise); disjoint from direct_fraction"})
-    system_prompt: str | None = field(default=None, metadata={"help": "system message of every prompt: unset = the "
-                                      "standard instruction, '' = none, or your own text (same for SFT, GRPO, eval)"})
-    enable_thinking: bool = field(default=False, metadata={"help": "Qwen3 thinking blocks in the chat template"})
-    dtype: str = field(default="auto", metadata={"help": "weights dtype: auto (bf16 on GPU, fp32 on CPU), "
-                                                         "float32, bfloat16, float16"})
-    gradient_checkpointing: bool | None = field(default=None, metadata={
-        "help": "recompute activations to save memory (unset: on for GPU models > 100M parameters)"})
-    report_to: list[str] = field(default_factory=lambda: ["tensorboard"], metadata={
-        "help": "metric backends: tensorboard, wandb (offline works), none (comma list)"})
-    logging_steps: int = field(default=10, metadata={"help": "log loss / grad norm / lr every N steps"})
-    save_steps: int = field(default=100, metadata={"help": "checkpoint every N steps (for --resume)"})
-    save_total_limit: int = field(default=2, metadata={"help": "keep at most N checkpoints"})
-    resume: bool = field(default=False, metadata={
-        "help": "continue from the last complete checkpoint in the run directory (same settings only; max_steps and "
-                "epochs may grow)"})
-    overwrite: bool = field(default=False, metadata={
-        "help": "replace a finished or interrupted run in the run directory (without it, such a directory is an "
-                "error)"})
-    merge: bool = field(default=True, metadata={"help": "also save the merged model (<run>/merged)"})
-    trust_remote_code: bool = field(default=False, metadata={"help": "allow custom model code from the Hub"})
+    model: str = setting("runs/pretrain/model", "base model: Hub id or local directory (a model or a PEFT adapter "
+                                                "directory)")
+    dataset: str = setting("synthetic", "task data: synthetic, gsm8k, a Hub id, a local file/folder, or a registered "
+                                        "name")
+    split: str = setting("train", "dataset split to train on")
+    question_field: str | None = setting(None, "custom datasets: column holding the question")
+    answer_field: str | None = setting(None, "custom datasets: column holding the reference solution (steps and a "
+                                             "final '#### N' or number)")
+    ground_truth_field: str | None = setting(None, "custom datasets: column holding the final answer")
+    max_train_samples: int | None = setting(None, "use at most N training rows (random, seed); the synthetic task "
+                                            f"generates this many (default {SYNTHETIC_TRAIN_ROWS})")
+    eval_samples: int = setting(0, "held-out problems carved out of the training split (seeded) as a validation "
+                                   "slice, never trained on; tune scores its trials on them (0 = none)")
+    synthetic_test_size: int = setting(SYNTHETIC_TEST_SIZE, "rows in the synthetic test split (kept out of training; "
+                                                            "match the evaluation's)")
+    synthetic_seed: int = setting(0, "seed of the synthetic task (same for all stages)")
+    output_dir: str | None = setting(None, "run directory (default runs/sft)")
+    seed: int = setting(0, "random seed (sampling, LoRA init, data order)")
+    full: bool = setting(False, "full fine-tuning instead of LoRA (this stage trains a LoRA adapter by default)")
+    lora_r: int = setting(8, "LoRA rank")
+    lora_alpha: int = setting(16, "LoRA alpha (the update is scaled by alpha / r)")
+    lora_dropout: float = setting(0.05, "dropout on the LoRA input")
+    lora_target_modules: list[str] = setting(list(ATTENTION_TARGETS), "modules that get LoRA adapters (comma list)")
+    lora_mlp: bool = setting(False, "also adapt the MLP (gate_proj, up_proj, down_proj)")
+    learning_rate: float = setting(2e-4, "peak learning rate")
+    epochs: float = setting(1.0, "passes over the data (when max_steps is -1)")
+    max_steps: int = setting(-1, "optimizer steps; -1: use epochs")
+    batch_size: int = setting(16, "rows per device per forward pass")
+    gradient_accumulation_steps: int = setting(1, "micro-steps per optimizer step")
+    warmup_ratio: float = setting(0.1, "share of steps for linear warm-up")
+    lr_scheduler_type: str = setting("linear", "decay after warm-up (linear to 0 is the Hello-Agents book's schedule)",
+                                               choices=["linear", "cosine", "constant_with_warmup"])
+    weight_decay: float = setting(0.0, "AdamW weight decay")
+    max_grad_norm: float = setting(1.0, "gradient clipping norm")
+    max_length: int = setting(512, "truncate prompt + completion to N tokens")
+    answer_only_fraction: float = setting(0.0, "share of demonstrations showing only the final answer, no steps "
+                                               "(imperfect demonstrations)")
+    answer_first_fraction: float = setting(0.0, "share of demonstrations stating the final answer first, then the "
+                                                "steps (imperfect demonstrations)")
+    direct_fraction: float = setting(0.25, "environment: share of rows shown without the environment (standard "
+                                           "prompt, no tools, the worked solution), so the model can also be "
+                                           "evaluated without tools")
+    skip_tool_fraction: float = setting(0.0, "environment: share of rows shown under the environment's prompt that "
+                                             "answer directly without a tool call (imperfect demonstrations, so RL "
+                                             "has a tool-call rate to raise); disjoint from direct_fraction")
+    system_prompt: str | None = setting(None, "system message of every prompt: unset = the standard instruction, '' = "
+                                              "none, or your own text (same for SFT, GRPO, eval)")
+    enable_thinking: bool = setting(False, "Qwen3 thinking blocks in the chat template")
+    dtype: str = setting("auto", "weights dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16")
+    gradient_checkpointing: bool | None = setting(None, "recompute activations to save memory (unset: on for GPU "
+                                                        "models > 100M parameters)")
+    report_to: list[str] = setting(["tensorboard"], "metric backends: tensorboard, wandb (offline works), none (comma "
+                                                    "list)")
+    logging_steps: int = setting(10, "log loss / grad norm / lr every N steps")
+    save_steps: int = setting(100, "checkpoint every N steps (for --resume)")
+    save_total_limit: int = setting(2, "keep at most N checkpoints")
+    resume: bool = setting(False, "continue from the last complete checkpoint in the run directory (same settings "
+                                  "only; max_steps and epochs may grow)")
+    overwrite: bool = setting(False, "replace a finished or interrupted run in the run directory (without it, such a "
+                                     "directory is an error)")
+    merge: bool = setting(True, "also save the merged model (<run>/merged)")
+    trust_remote_code: bool = setting(False, "allow custom model code from the Hub")
 
     def __post_init__(self):
         check_retired_value("gradient_checkpointing", self.gradient_checkpointing)  # "auto" from Python
@@ -151,7 +150,8 @@ class SFTConfig(EnvironmentSettings):
             check_range(self, ("lora_r", "lora_alpha"), 1)
         check_range(self, "lora_dropout", 0, 1, high_open=True)
         check_range(self, ("batch_size", "gradient_accumulation_steps", "save_steps", "save_total_limit",
-                           "logging_steps", "max_samples", "synthetic_train_size"), 1)
+                           "logging_steps", "max_train_samples"), 1)
+        check_range(self, "eval_samples", 0)
         check_range(self, "synthetic_test_size", 0)
         check_range(self, "max_length", 16)
         check_range(self, ("weight_decay", "max_grad_norm"), 0)  # max_grad_norm 0: no clipping
@@ -168,14 +168,46 @@ class SFTConfig(EnvironmentSettings):
 # ---------------------------------------------------------------------------------------------------------------
 
 def load_task_rows(config: SFTConfig):
-    """The configured task data as canonical task rows (a ``datasets.Dataset``)."""
-    from agentic_rl.data import load_task_dataset
+    """The configured task data as canonical task rows (a ``datasets.Dataset``), without the validation slice."""
+    return _task_rows_and_validation(config)[0]
 
-    return load_task_dataset(config.dataset, config.split, max_samples=config.max_samples, seed=config.seed,
-                             question_field=config.question_field, answer_field=config.answer_field,
-                             ground_truth_field=config.ground_truth_field, synthetic_seed=config.synthetic_seed,
-                             synthetic_train_size=config.synthetic_train_size,
-                             synthetic_test_size=config.synthetic_test_size)
+
+def _task_rows_and_validation(config: SFTConfig):
+    """``(train, validation)``: the training rows (a ``datasets.Dataset``) and the ``eval_samples`` validation rows
+    carved out of the split before them (:func:`agentic_rl.eval.validation.training_and_validation_rows`)."""
+    from agentic_rl.data import load_task_dataset
+    from agentic_rl.data.gsm8k import rows_to_dataset, sample_indices
+    from agentic_rl.eval.validation import training_and_validation_rows
+
+    options = dict(question_field=config.question_field, answer_field=config.answer_field,
+                   ground_truth_field=config.ground_truth_field, synthetic_seed=config.synthetic_seed,
+                   synthetic_test_size=config.synthetic_test_size)
+    synthetic_rows = config.max_train_samples or SYNTHETIC_TRAIN_ROWS
+    if not config.eval_samples:
+        return load_task_dataset(config.dataset, config.split, max_samples=config.max_train_samples, seed=config.seed,
+                                 synthetic_train_size=synthetic_rows, **options), []
+    train, validation = training_and_validation_rows(config.dataset, config.split, seed=config.seed,
+                                                     eval_samples=config.eval_samples,
+                                                     synthetic_train_size=synthetic_rows, **options)
+    rows = [train[i] for i in sample_indices(len(train), config.max_train_samples, config.seed)]
+    return rows_to_dataset(rows), validation
+
+
+def validation_rows(config: SFTConfig) -> list[dict[str, Any]]:
+    """The validation slice (``eval_samples`` rows) as prompts the way this stage writes them: its system prompt,
+    or with an environment the environment's."""
+    from agentic_rl.data import to_rl_dataset
+
+    validation = _task_rows_and_validation(config)[1]
+    if config.environment is not None:
+        from agentic_rl.agent.settings import build_environment, environment_system_prompt
+
+        system_prompt = environment_system_prompt(config.system_prompt, build_environment(config)())
+    else:
+        from agentic_rl.data.formats import resolve_system_prompt
+
+        system_prompt = resolve_system_prompt(config.system_prompt)
+    return to_rl_dataset(validation, system_prompt).to_list()
 
 
 def build_sft_dataset(config: SFTConfig):
