@@ -63,9 +63,9 @@ def test_the_control_gets_grpo_wall_time_in_sft_steps_and_is_compared_paired(smo
     on_disk = json.loads((out / "summary.json").read_text())
     stages = on_disk["stages"]
     budget = stages["sft_continued"]["budget"]
-    history = json.loads((out / "sft" / "log_history.json").read_text())
-    final = [h for h in history if "train_runtime" in h][-1]
-    seconds_per_step = final["train_runtime"] / final["step"]
+    history = [json.loads(line) for line in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
+    final = [h for h in history if "perf/train_runtime_s" in h][-1]
+    seconds_per_step = final["perf/train_runtime_s"] / final["step"]
     assert budget["grpo_wall_time_s"] == stages["grpo"]["wall_time_s"]
     assert budget["steps"] == max(1, round(stages["grpo"]["wall_time_s"] / seconds_per_step))
     control_run = json.loads((out / "sft_continued" / "metrics.json").read_text())

@@ -66,8 +66,8 @@ def test_short_pretrain_learns_and_loads_with_plain_transformers(tmp_path):
     result = run(PretrainConfig(output_dir=str(tmp_path), corpus_lines=1500, exclude_test=50, model_preset="micro",
                                 vocab_size=400, seq_length=64, max_steps=30, batch_size=8, learning_rate=1e-2,
                                 logging_steps=5, report_to="none"))
-    history = json.loads((tmp_path / "log_history.json").read_text())
-    losses = [h["loss"] for h in history if "loss" in h]
+    history = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    losses = [h["train/loss"] for h in history if "train/loss" in h]
     assert len(losses) == 6 and losses[-1] < losses[0] - 1.0, losses
     m = result["metrics"]
     assert m["global_step"] == 30 and m["eval/loss"] < losses[0] and 0 <= m["eval/arithmetic_accuracy"] <= 1

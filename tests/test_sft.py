@@ -81,10 +81,10 @@ def test_lora_sft_lowers_loss_and_changes_only_adapter_weights(tiny_model_dir, t
     run_dir = tmp_path / "run"
     assert (run_dir / "config.yaml").is_file() and load_config(SFTConfig, run_dir / "config.yaml") == cfg
     assert any((run_dir / "tensorboard").glob("events.out.tfevents.*"))
-    history = json.loads((run_dir / "log_history.json").read_text())
-    assert {"loss", "grad_norm", "learning_rate"} <= set(history[0])
+    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {"step", "train/loss", "train/grad_norm", "train/learning_rate"} <= set(history[0])
     # the seed's schedule: linear warm-up over 10 % of the steps, then linear decay towards 0
-    lrs = [h["learning_rate"] for h in history if "learning_rate" in h]
+    lrs = [h["train/learning_rate"] for h in history if "train/learning_rate" in h]
     peak = lrs.index(max(lrs))
     assert max(lrs) == pytest.approx(1e-2) and peak <= 2 and lrs[:peak + 1] == sorted(lrs[:peak + 1])
     assert lrs[peak:] == sorted(lrs[peak:], reverse=True) and lrs[-1] <= 0.1 * max(lrs) + 1e-12
