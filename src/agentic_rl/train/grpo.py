@@ -688,6 +688,7 @@ def make_monitor(config: GRPOConfig, out: Path, logger, rules, heldout, tokenize
     with an error. Its state (best score and step, steps evaluated) lives on the instance; ``attach(trainer)`` gives
     it the trainer whose sample completions it writes. (The class is built here because transformers, which its
     base class needs, is imported only when training starts.)"""
+    from agentic_rl.data.formats import last_message_index
     from agentic_rl.train.monitoring import NonFiniteGuard, trl_generation_log
 
     class GRPOMonitor(NonFiniteGuard):
@@ -726,7 +727,9 @@ def make_monitor(config: GRPOConfig, out: Path, logger, rules, heldout, tokenize
             n = min(config.completions_per_log, len(completions))
             shown = []
             for i in range(n):
-                row = {"step": step, "prompt": _last_user(prompts[i]), "completion": _text(completions[i]),
+                user = last_message_index(prompts[i])  # shown: the question (last user message), else the prompt
+                question = prompts[i][user].get("content", "") if user is not None else str(prompts[i])
+                row = {"step": step, "prompt": question, "completion": _text(completions[i]),
                        "rewards": {k: v[i] for k, v in rewards.items() if i < len(v)},
                        "advantage": advantages[i] if i < len(advantages) else None}
                 append_jsonl(out / "completions.jsonl", row)
@@ -763,13 +766,6 @@ def make_monitor(config: GRPOConfig, out: Path, logger, rules, heldout, tokenize
                 write_json(out / "best" / "best.json", {"step": step, **metrics})
 
     return GRPOMonitor()
-
-
-def _last_user(messages: Any) -> str:
-    if isinstance(messages, list):
-        users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-        return users[-1] if users else str(messages)
-    return str(messages)
 
 
 def _text(completion: Any) -> str:

@@ -39,7 +39,7 @@ from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_c
                                setting)
 from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
-from agentic_rl.utils import has_gpu, log, read_jsonl, set_seed, supports_bf16, write_json
+from agentic_rl.utils import has_gpu, iter_jsonl, log, set_seed, supports_bf16, write_json
 
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 #: What a run writes (``log_history.json``: what earlier versions wrote instead of ``metrics.jsonl``).
@@ -113,19 +113,16 @@ def load_pairs(path: str) -> tuple[list[dict[str, Any]], bool]:
         raise ConfigError("dataset is required: a JSONL of preference pairs (--dataset pairs.jsonl)")
     if not Path(path).is_file():
         raise DataError(f"preference pairs {path}: no such file (write one with `agentic-rl preferences`)")
-    try:
-        raw = read_jsonl(path)
-    except ValueError as exc:
-        raise DataError(f"{path}: not valid JSONL ({exc})") from None
+    raw = list(iter_jsonl(path))  # a line that is not a JSON object: "<path> line N: ..."
     if not raw:
         raise DataError(f"{path} holds no preference pairs")
-    with_prompt = "prompt" in raw[0]
-    conversational = _is_messages(raw[0].get("chosen"))
+    with_prompt = "prompt" in raw[0][1]
+    conversational = _is_messages(raw[0][1].get("chosen"))
     rows = []
-    for i, row in enumerate(raw, start=1):
-        if not isinstance(row, dict) or "chosen" not in row or "rejected" not in row:
+    for i, row in raw:
+        if "chosen" not in row or "rejected" not in row:
             raise DataError(f"{path} line {i}: a preference pair needs 'chosen' and 'rejected' "
-                            f"(and usually 'prompt'); got {sorted(row) if isinstance(row, dict) else row!r}")
+                            f"(and usually 'prompt'); got {sorted(row)}")
         if ("prompt" in row) != with_prompt:
             raise DataError(f"{path} line {i}: 'prompt' must be in every row or in none")
         keys = ("prompt", "chosen", "rejected") if with_prompt else ("chosen", "rejected")
