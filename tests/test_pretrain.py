@@ -60,6 +60,7 @@ def test_pack_blocks_are_full_length(tiny_model_dir):
     assert tok.decode(blocks[0]).startswith("12 + 30 = 42\n12")
 
 
+@pytest.mark.stage  # trains without the model fixtures
 def test_short_pretrain_learns_and_loads_with_plain_transformers(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
@@ -70,7 +71,7 @@ def test_short_pretrain_learns_and_loads_with_plain_transformers(tmp_path):
     losses = [h["train/loss"] for h in history if "train/loss" in h]
     assert len(losses) == 6 and losses[-1] < losses[0] - 1.0, losses
     m = result["metrics"]
-    assert m["global_step"] == 30 and m["eval/loss"] < losses[0] and 0 <= m["eval/arithmetic_accuracy"] <= 1
+    assert m["global_step"] == 30 and m["eval/loss"] < losses[0]
     assert json.loads((tmp_path / "metrics.json").read_text())["vocab_size"] == 400
 
     model_dir = result["model_dir"]
@@ -81,7 +82,8 @@ def test_short_pretrain_learns_and_loads_with_plain_transformers(tmp_path):
     gen = pipeline("text-generation", model=model, tokenizer=tok)
     out = gen("12 + 30 =", max_new_tokens=4, do_sample=False)[0]["generated_text"]
     assert out.startswith("12 + 30 =") and len(out) > len("12 + 30 =")
-    assert 0.0 <= arithmetic_probe(model, tok, n=20) <= 1.0
+    # the recorded probe is the saved model's: greedy answers to the same 200 facts, scored again
+    assert arithmetic_probe(model, tok) == m["eval/arithmetic_accuracy"]
 
 
 def test_config_checks():
