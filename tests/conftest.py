@@ -12,6 +12,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "offline")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: Fixtures that build a model or run stages: a test that uses one (directly or through another fixture) is ``stage``.
+STAGE_FIXTURES = {"tiny_model_dir", "qwen3_shape_dir", "smoke_run"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Test tiers (registered in pyproject.toml): ``slow`` and ``stage`` as marked by hand; else ``stage`` when the
+    test uses a model fixture (:data:`STAGE_FIXTURES`), else ``unit``. Each test is in exactly one tier."""
+    for item in items:
+        if item.get_closest_marker("slow") or item.get_closest_marker("stage"):
+            continue
+        if STAGE_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.stage)
+        else:
+            item.add_marker(pytest.mark.unit)
 GSM8K_DIR = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
 
 

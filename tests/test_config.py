@@ -64,11 +64,26 @@ def test_cli_flags_override_yaml(tmp_path):
     assert (cfg.steps, cfg.learning_rate, cfg.use_lora, cfg.rewards) == (9, 0.1, False, ["a:1", "b:2"])
 
 
+#: Every command the CLI offers: removing one (or adding one) must be a decision that updates this list.
+EXPECTED_COMMANDS = ["data", "reward", "pretrain", "sft", "grpo", "reward-model", "preferences", "eval", "quickstart",
+                     "pipeline", "compare", "tune", "export", "serve"]
+
+
 def test_top_level_help_lists_every_stage(capsys):
+    """The help lists exactly the command table's commands, one entry each (with its help text), in order; the
+    command table is the expected one."""
+    import re
+
+    from agentic_rl.cli import COMMANDS
+
+    assert list(COMMANDS) == EXPECTED_COMMANDS
     assert main([]) == 0
     out = capsys.readouterr().out
-    for command in ["data", "pretrain", "sft", "grpo", "eval", "quickstart", "pipeline", "tune", "export", "serve"]:
-        assert command in out
+    listed = re.findall(r"^    ([a-z][a-z-]*)(?:\s|$)", out, flags=re.MULTILINE)  # "    sft         Supervised ..."
+    assert listed == EXPECTED_COMMANDS
+    flat = " ".join(out.split())
+    for name, (_, _, _, help_text) in COMMANDS.items():
+        assert " ".join(help_text.split()) in flat, name
 
 
 def test_stage_reads_its_section_of_a_pipeline_file(tmp_path):

@@ -68,3 +68,11 @@ def test_render_prompt_uses_the_chat_template_and_thinking_switch(thinking):
     assert text.endswith("<think></think>") is (not thinking)
     assert chat_template_kwargs() == {"enable_thinking": False}
     assert chat_template_kwargs(True) == {"enable_thinking": True}
+
+
+def test_last_message_index_finds_the_last_message_of_a_role():
+    from agentic_rl.data.formats import last_message_index
+
+    chat = [*build_prompt("first?"), {"role": "assistant", "content": "4"}, {"role": "user", "content": "then?"}]
+    assert last_message_index(chat) == 3 and last_message_index(chat, "assistant") == 2
+    assert last_message_index(chat, "tool") is None and last_message_index("plain text prompt") is None

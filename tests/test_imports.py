@@ -11,12 +11,14 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 def import_graph(src: Path = SRC, package: str = "agentic_rl") -> dict[str, set[str]]:
     """module -> the package modules it imports (``from pkg import name`` counts as importing ``pkg.name`` when that
-    is a module, else ``pkg``)."""
+    is a module, else ``pkg``; relative imports count as the absolute ones they stand for)."""
     modules: dict[str, Path] = {}
+    packages: set[str] = set()
     for path in (src / package).rglob("*.py"):
         parts = list(path.relative_to(src).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
+            packages.add(".".join(parts))
         modules[".".join(parts)] = path
 
     def resolve(name: str) -> str | None:
@@ -30,8 +32,12 @@ def import_graph(src: Path = SRC, package: str = "agentic_rl") -> dict[str, set[
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 targets = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.ImportFrom):  # from . import x, from ..y import z
+                here = module.split(".") if module in packages else module.split(".")[:-1]
+                base = ".".join(here[:len(here) - (node.level - 1)] + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" for a in node.names]
             for target in targets:
                 if target.split(".")[0] == package:
                     resolved = resolve(target)
@@ -93,6 +99,19 @@ def test_the_cycle_finder_finds_a_cycle_through_a_lazy_import(tmp_path):
     assert cycles(import_graph(tmp_path, "pkg")) == [["pkg.a", "pkg.b", "pkg.c"]]
 
 
+def test_the_cycle_finder_reads_relative_imports(tmp_path):
+    sub = tmp_path / "pkg" / "sub"
+    sub.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "top.py").write_text("def f():\n    from .sub.env import g\n")
+    (sub / "__init__.py").write_text("from . import tools\n")
+    (sub / "env.py").write_text("from .tools import t\n")
+    (sub / "tools.py").write_text("from ..top import f\n")
+    graph = import_graph(tmp_path, "pkg")
+    assert graph["pkg.sub"] == {"pkg.sub.tools"} and graph["pkg.sub.tools"] == {"pkg.top"}
+    assert cycles(graph) == [["pkg.sub.env", "pkg.sub.tools", "pkg.top"]]
+
+
 def test_no_import_cycles_in_the_package():
     graph = import_graph()
     assert "agentic_rl.train.grpo" in graph and graph["agentic_rl.train.grpo"]  # the graph was read
@@ -113,3 +132,19 @@ def test_every_command_module_runs_with_python_dash_m():
         assert mains, f"{module} has no __main__ block"
         called = {c.value for c in ast.walk(mains[0]) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
         assert called & names, f"{module}'s __main__ runs none of its commands {sorted(names)}"
+
+
+def test_the_readme_layout_gives_every_source_file_its_own_line():
+    """Each file under src/agentic_rl has a line of its own in README's layout section: its name (after the folder
+    name, on a folder's first line), then its role."""
+    layout = (SRC.parent / "README.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    described = set()
+    for line in layout.splitlines():
+        words = line.split()
+        if words and words[0].endswith("/"):  # "data/     gsm8k.py     GSM8K and file readers ..."
+            words = words[1:]
+        if len(words) > 1:  # a name and its role
+            described.add(words[0])
+    files = sorted(p.relative_to(SRC / "agentic_rl") for p in (SRC / "agentic_rl").rglob("*")
+                   if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts)
+    assert len(files) > 50 and [str(f) for f in files if f.name not in described] == []

@@ -164,7 +164,7 @@ def test_yaml_configs_still_read_as_before(tmp_path):
     (b'{"completion": "Final Answer: 5", "ground_truth": "5"}\n\x89PNG\r\n\x1a\n\x00\x00\xff', "line 2: not UTF-8"),
     (('{"completion": "Final Answer: 5", "ground_truth": ' + HUGE_INT + "}\n").encode(), "a number with more than"),
     (('{"completion": ' + DEEP + ', "ground_truth": 1}\n').encode(), "nested deeper than"),
-    (b"\x00\x00\x00\x00", "line 1: invalid JSON"),
+    (b"\x00\x00\x00\x00", "line 1: malformed JSON"),
 ])
 def test_reward_check_on_binary_or_hostile_files_is_one_line_error(tmp_path, capsys, content, problem):
     path = tmp_path / "samples.jsonl"

@@ -67,17 +67,18 @@ def test_pack_blocks_are_full_length(tiny_model_dir):
     assert tok.decode(blocks[0]).startswith("12 + 30 = 42\n12")
 
 
+@pytest.mark.stage  # trains without the model fixtures
 def test_short_pretrain_learns_and_loads_with_plain_transformers(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
     result = run(PretrainConfig(output_dir=str(tmp_path), corpus_lines=1500, exclude_test=50, model_preset="micro",
                                 vocab_size=400, seq_length=64, max_steps=30, batch_size=8, learning_rate=1e-2,
                                 logging_steps=5, report_to="none"))
-    history = json.loads((tmp_path / "log_history.json").read_text())
-    losses = [h["loss"] for h in history if "loss" in h]
+    history = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    losses = [h["train/loss"] for h in history if "train/loss" in h]
     assert len(losses) == 6 and losses[-1] < losses[0] - 1.0, losses
     m = result["metrics"]
-    assert m["global_step"] == 30 and m["eval/loss"] < losses[0] and 0 <= m["eval/arithmetic_accuracy"] <= 1
+    assert m["global_step"] == 30 and m["eval/loss"] < losses[0]
     assert json.loads((tmp_path / "metrics.json").read_text())["vocab_size"] == 400
 
     model_dir = result["model_dir"]
@@ -88,7 +89,8 @@ def test_short_pretrain_learns_and_loads_with_plain_transformers(tmp_path):
     gen = pipeline("text-generation", model=model, tokenizer=tok)
     out = gen("12 + 30 =", max_new_tokens=4, do_sample=False)[0]["generated_text"]
     assert out.startswith("12 + 30 =") and len(out) > len("12 + 30 =")
-    assert 0.0 <= arithmetic_probe(model, tok, n=20) <= 1.0
+    # the recorded probe is the saved model's: greedy answers to the same 200 facts, scored again
+    assert arithmetic_probe(model, tok) == m["eval/arithmetic_accuracy"]
 
 
 def test_config_checks():

@@ -52,6 +52,7 @@ def _eval_prompt_ids(tokenizer, rl_rows):
     return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
 
 
+@pytest.mark.stage  # its model fixture is requested by name, which the default tiering cannot see
 @pytest.mark.parametrize("fixture_name", ["tiny_model_dir", "qwen3_shape_dir"])
 def test_sft_grpo_and_eval_see_the_same_prompt_tokens(fixture_name, request, gsm8k_dir, tmp_path):
     model_dir = request.getfixturevalue(fixture_name)

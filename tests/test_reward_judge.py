@@ -254,11 +254,15 @@ def test_grpo_step_scored_by_the_judge(judge_server, tiny_model_dir, tmp_path, m
     before = _served(app)
     config = GRPOConfig(model=str(tiny_model_dir), preset="tiny", max_train_samples=4, max_steps=1, num_generations=2,
                         batch_size=2, gradient_accumulation_steps=1, max_completion_length=8, heldout_every=0,
-                        report_to=["none"], output_dir=str(tmp_path / "grpo"),
+                        report_to=["none"], output_dir=str(tmp_path / "grpo"), completions_every=1,
+                        completions_per_log=64,  # all of the generation batch
                         rewards=[f"judge(base_url={url},model=judge,max_tokens=16,timeout=60):1.0"])
     result = run(config)
     assert result["steps"] == 1
     assert 1 <= _served(app) - before <= 2                 # two completions (one request if they are identical)
     row = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()][0]
-    assert 0.0 <= row["grpo/reward/judge"] <= 1.0
+    # the logged mean is that of the judge's scores of the step's generation batch (every row of completions.jsonl)
+    scored = [json.loads(line) for line in (tmp_path / "grpo" / "completions.jsonl").read_text().splitlines()]
+    assert scored and {c["step"] for c in scored} == {1}
+    assert row["grpo/reward/judge"] == pytest.approx(sum(c["rewards"]["judge"] for c in scored) / len(scored))
     assert row["grpo/judge/unparseable_fraction"] in (0.0, 0.5, 1.0) and row["grpo/judge/failure_fraction"] == 0.0

@@ -487,7 +487,7 @@ def test_reward_check_cli(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("rows, message", [
-    (['{"completion": "x", "ground_truth": "1"}', "{not json"], "line 2: invalid JSON"),
+    (['{"completion": "x", "ground_truth": "1"}', "{not json"], "line 2: malformed JSON"),
     (['{"completion": "x"}'], "line 1: missing field 'ground_truth'"),
     (['[1, 2]'], "line 1: expected a JSON object"),
     (['{"completion": 5, "ground_truth": "1"}'], "line 1: field 'completion' must be a string or a list"),

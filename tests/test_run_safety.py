@@ -290,7 +290,7 @@ def test_an_interrupted_pipeline_stage_resumes_from_its_checkpoint(tiny_model_di
     out = tmp_path / "run"
     run_pipeline(_pipeline(tiny_model_dir, out))
     # As if killed during step 2: checkpoint-1 saved, nothing after it.
-    for name in ("stage.json", "metrics.json", "log_history.json"):
+    for name in ("stage.json", "metrics.json"):
         (out / "sft" / name).unlink()
     for name in ("merged", "adapter", "checkpoints/checkpoint-2"):
         shutil.rmtree(out / "sft" / name)

@@ -81,10 +81,10 @@ def test_lora_sft_lowers_loss_and_changes_only_adapter_weights(tiny_model_dir, t
     run_dir = tmp_path / "run"
     assert (run_dir / "config.yaml").is_file() and load_config(SFTConfig, run_dir / "config.yaml") == cfg
     assert any((run_dir / "tensorboard").glob("events.out.tfevents.*"))
-    history = json.loads((run_dir / "log_history.json").read_text())
-    assert {"loss", "grad_norm", "learning_rate"} <= set(history[0])
+    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {"step", "train/loss", "train/grad_norm", "train/learning_rate"} <= set(history[0])
     # the seed's schedule: linear warm-up over 10 % of the steps, then linear decay towards 0
-    lrs = [h["learning_rate"] for h in history if "learning_rate" in h]
+    lrs = [h["train/learning_rate"] for h in history if "train/learning_rate" in h]
     peak = lrs.index(max(lrs))
     assert max(lrs) == pytest.approx(1e-2) and peak <= 2 and lrs[:peak + 1] == sorted(lrs[:peak + 1])
     assert lrs[peak:] == sorted(lrs[peak:], reverse=True) and lrs[-1] <= 0.1 * max(lrs) + 1e-12
@@ -120,13 +120,31 @@ def test_full_run_trains_every_weight(tiny_model_dir, tmp_path):
     assert not torch.equal(base["model.layers.0.mlp.up_proj.weight"], merged["model.layers.0.mlp.up_proj.weight"])
 
 
-def test_same_code_path_on_qwen3_shape_with_thinking_template(qwen3_shape_dir, tmp_path, caplog):
-    cfg = SFTConfig(model=str(qwen3_shape_dir), output_dir=str(tmp_path), max_steps=2, **FAST)
-    result = run(cfg)
-    assert "not a prefix" not in caplog.text  # prompt tokens line up with prompt+completion under the template
+class KeepTrainingRows(TrainerCallback):
+    """Keeps the first rows of the tokenized training set, exactly as the trainer feeds them."""
+
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        self.rows = [train_dataloader.dataset[i] for i in range(3)]
+
+
+def test_same_code_path_on_qwen3_shape_with_thinking_template(qwen3_shape_dir, tmp_path):
+    from agentic_rl.data.formats import render_prompt
     from agentic_rl.models.loading import load_model_and_tokenizer
 
+    cfg = SFTConfig(model=str(qwen3_shape_dir), output_dir=str(tmp_path), max_steps=2, **FAST)
+    kept = KeepTrainingRows()
+    result = run(cfg, callbacks=[kept])
     model, tok = load_model_and_tokenizer(result["adapter_dir"], for_training=False)
+    # Token alignment under the thinking template: the loss-masked part of each training sequence is exactly the
+    # prompt as evaluation renders it (empty think block included), and the trained part is the completion.
+    for row, trained in zip(build_sft_dataset(cfg), kept.rows):
+        prompt_ids = tok(render_prompt(tok, row["prompt"]), add_special_tokens=False)["input_ids"]
+        labels = list(trained["labels"])  # TRL 1.16 builds them in dataset preparation: -100 where no loss
+        start = next(i for i, label in enumerate(labels) if label != -100)
+        assert start == len(prompt_ids) and list(trained["input_ids"][:start]) == prompt_ids
+        assert labels[start:] == list(trained["input_ids"][start:])
+        completion = tok.decode(trained["input_ids"][start:], skip_special_tokens=True)
+        assert completion.strip() == row["completion"][0]["content"].strip()
     assert model.config.head_dim == 128 and type(model).__name__ == "Qwen3ForCausalLM"
     enc = tok.apply_chat_template(build_sft_dataset(cfg)[0]["prompt"], add_generation_prompt=True,
                                   enable_thinking=False, return_tensors="pt", return_dict=True)

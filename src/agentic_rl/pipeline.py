@@ -392,14 +392,15 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
 
 
 def _sft_seconds_per_step(candidates: list[Path]) -> float:
-    """Seconds per optimizer step of an SFT run, from the first candidate folder holding its log history."""
+    """Seconds per optimizer step of an SFT run, from the first candidate folder whose ``metrics.jsonl`` holds the
+    trainer's final row (``perf/train_runtime_s`` at the last step)."""
+    from agentic_rl.utils import read_jsonl
+
     for folder in candidates:
-        path = folder / "log_history.json"
-        if path.is_file():
-            final = [h for h in read_json(path) if "train_runtime" in h and h.get("step")]
-            if final:
-                return final[-1]["train_runtime"] / final[-1]["step"]
-    raise ConfigError("sft_continued: no SFT timing to size the control by (looked for log_history.json in "
+        final = [r for r in read_jsonl(folder / "metrics.jsonl") if "perf/train_runtime_s" in r and r.get("step")]
+        if final:
+            return final[-1]["perf/train_runtime_s"] / final[-1]["step"]
+    raise ConfigError("sft_continued: no SFT timing to size the control by (looked for metrics.jsonl in "
                       f"{', '.join(str(c) for c in candidates)}); run the sft stage in this pipeline, or set "
                       "sft_continued.max_steps")
 

@@ -1,12 +1,11 @@
 """The pipeline report: one stage-comparison table (same held-out problems for every stage) and training curves.
 
-Curves come from what the stages already wrote: TRL/transformers ``trainer_state.json`` log histories (loss; reward,
-KL over GRPO steps) and GRPO's periodic held-out evaluation (``grpo/heldout.jsonl``).
+Curves come from what the stages already wrote: each training stage's ``metrics.jsonl`` (``train/loss``; ``grpo/reward``
+and ``grpo/kl`` over GRPO steps) and GRPO's periodic held-out evaluation (``grpo/heldout.jsonl``).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -36,21 +35,10 @@ def _fmt(value: Any, pattern: str) -> str:
 
 
 def load_log_history(stage_dir: Path) -> list[dict[str, Any]]:
-    """A stage's logged metrics, one dict per logging step.
-
-    SFT and pretraining write the trainer's log history to ``log_history.json``; GRPO writes namespaced metrics to
-    ``metrics.jsonl`` (``grpo/reward``, ``grpo/kl``, ...). A bare ``trainer_state.json`` (e.g. from a checkpoint) works too.
-    """
-    if (stage_dir / "log_history.json").is_file():
-        return json.loads((stage_dir / "log_history.json").read_text())
-    if (stage_dir / "metrics.jsonl").is_file():
-        return read_jsonl(stage_dir / "metrics.jsonl")
-    checkpoints = sorted(stage_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])
-                         if p.name.split("-")[-1].isdigit() else -1)
-    for path in [stage_dir / "trainer_state.json"] + [c / "trainer_state.json" for c in reversed(checkpoints)]:
-        if path.is_file():
-            return json.loads(path.read_text()).get("log_history", [])
-    return []
+    """A stage's logged metrics, one dict per logging step: its ``metrics.jsonl``, which every training stage writes
+    through :class:`agentic_rl.train.monitoring.MetricsLogger` (``train/loss``, ``perf/num_tokens``, ``grpo/kl``, ...);
+    empty when the stage logged nothing."""
+    return read_jsonl(stage_dir / "metrics.jsonl")
 
 
 def _series(history: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
@@ -72,7 +60,7 @@ def plot_training_curves(root: Path) -> list[Path]:
     written: list[Path] = []
     panels: list[tuple[str, list[float], list[float]]] = []
     for stage in ("pretrain", "sft"):
-        steps, loss = _series(load_log_history(root / stage), "loss")
+        steps, loss = _series(load_log_history(root / stage), "train/loss")
         if loss:
             panels.append((f"{stage} loss", steps, loss))
     grpo_history = load_log_history(root / "grpo")
@@ -159,14 +147,11 @@ def stage_time_rows(root: Path, summary: dict[str, Any]) -> list[dict[str, Any]]
             if all(isinstance(config.get(k), int) for k in ("max_steps", "batch_size", "seq_length")):
                 tokens = config["max_steps"] * config["batch_size"] * config["seq_length"]
             generating = 0.0
-        elif seconds is not None and name in ("sft", "sft_continued"):
-            history = load_log_history(folder)
-            counted = [h["num_tokens"] for h in history if isinstance(h.get("num_tokens"), (int, float))]
-            tokens, generating = (counted[-1] if counted else None), 0.0
-        elif seconds is not None and name == "grpo":
-            counted = [r["perf/num_tokens"] for r in read_jsonl(folder / "metrics.jsonl") if "perf/num_tokens" in r]
+        elif seconds is not None and name in ("sft", "sft_continued", "grpo"):
+            counted = [r["perf/num_tokens"] for r in load_log_history(folder) if "perf/num_tokens" in r]
             tokens = counted[-1] if counted else None
-            result = read_json(folder / "stage.json") if (folder / "stage.json").is_file() else {}
+            generating = 0.0 if name != "grpo" else None
+            result = read_json(folder / "stage.json") if name == "grpo" and (folder / "stage.json").is_file() else {}
             if result.get("generation_seconds") is not None and not result.get("resumed_from"):
                 generating = (result["generation_seconds"] + result.get("heldout_seconds", 0.0)) / max(seconds, 1e-9)
         if seconds is not None:

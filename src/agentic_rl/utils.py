@@ -12,7 +12,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 RUNS_ROOT = Path(os.environ.get("AGENTIC_RL_RUNS", "runs"))
 
@@ -147,12 +147,57 @@ def _first_position_deeper_than(text: str, max_depth: int) -> int:
     return 0
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file written by :func:`write_jsonl` / :func:`append_jsonl`; ``[]`` when it does not exist."""
+def iter_jsonl(path: str | Path, *, skip_bad_lines: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, row)`` for each line of a JSONL file: the project's one JSONL reader (blank lines are skipped,
+    a UTF-8 byte-order mark is allowed).
+
+    A line that is not UTF-8, not JSON or not a JSON object is a one-line :class:`~agentic_rl.errors.DataError`
+    ``"<path> line N: ..."``; with ``skip_bad_lines`` such lines are skipped and counted in one warning instead (for
+    caches and logs whose last line may have been cut short when their writer was killed).
+    """
+    from agentic_rl.errors import DataError
+
+    path = Path(path)
+    bad = 0
+    with path.open("rb") as fh:
+        for lineno, data in enumerate(fh, start=1):
+            try:
+                row = _jsonl_row(data, first=lineno == 1)
+            except ValueError as exc:
+                if not skip_bad_lines:
+                    raise DataError(f"{path} line {lineno}: {exc}") from None
+                bad += 1
+                continue
+            if row is not None:
+                yield lineno, row
+    if bad:
+        warn(f"skipped {bad} unreadable line(s) of {path}")
+
+
+def _jsonl_row(data: bytes, *, first: bool) -> dict[str, Any] | None:
+    """One JSONL line as a row (None when blank); a ``ValueError`` saying what is wrong with it otherwise."""
+    try:
+        line = data.decode("utf-8-sig" if first else "utf-8").rstrip("\r\n")  # a cut string ends at the line
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text (byte {exc.start} of the line)") from None
+    if not line.strip():
+        return None
+    try:
+        row = parse_json(line)
+    except json.JSONDecodeError as exc:
+        # json's "Unterminated string starting at" already ends in "at"
+        raise ValueError(f"malformed JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    return row
+
+
+def read_jsonl(path: str | Path, *, skip_bad_lines: bool = False) -> list[dict[str, Any]]:
+    """The rows of a JSONL file (:func:`iter_jsonl`, the same one-line errors); ``[]`` when it does not exist."""
     path = Path(path)
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [row for _, row in iter_jsonl(path, skip_bad_lines=skip_bad_lines)]
 
 
 def last_checkpoint(path: str | Path) -> str | None:

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from agentic_rl.agent.env import Environment, trajectory_return
 from agentic_rl.agent.tool_format import OBSERVATION_ROLES, ChatFormat
+from agentic_rl.data.formats import last_message_index
 from agentic_rl.errors import AgenticRLError, DataError
 
 
@@ -123,7 +124,7 @@ def prompt_with_observation(prompt: list[dict[str, Any]], observation: Any) -> l
         return prompt
     if not isinstance(observation, str):
         raise DataError(f"an environment's reset() must return a string or None, got {type(observation).__name__}")
-    last_user = max((k for k, m in enumerate(prompt) if m.get("role") == "user"), default=None)
+    last_user = last_message_index(prompt)
     if last_user is None:
         raise DataError("the task prompt has no user message to append the environment's first observation to")
     message = prompt[last_user]

@@ -30,7 +30,7 @@ import re
 from functools import partial
 from typing import Any, Callable
 
-from agentic_rl.data.formats import CALC_ANNOTATION, FINAL_ANSWER_PREFIX, format_solution
+from agentic_rl.data.formats import CALC_ANNOTATION, FINAL_ANSWER_PREFIX, format_solution, last_message_index
 from agentic_rl.data.gsm8k import (
     GSM8K_HUB_ID,
     Records,
@@ -115,12 +115,10 @@ def _resolve_source(source: str, split: str, seed: int, hub_config: str | None,
 # ---------------------------------------------------------------------------------------------------------------
 
 def _message_text(value: Any, role: str) -> Any:
-    """A message list's last ``role`` message content; anything else unchanged."""
+    """A message list's last ``role`` message content (else its last message's); anything else unchanged."""
     if isinstance(value, list) and value and all(isinstance(m, dict) and "content" in m for m in value):
-        for message in reversed(value):
-            if message.get("role") == role:
-                return message["content"]
-        return value[-1]["content"]
+        last = last_message_index(value, role)
+        return value[-1 if last is None else last]["content"]
     return value
 
 

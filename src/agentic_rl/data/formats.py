@@ -53,6 +53,18 @@ def build_prompt(question: str, system_prompt: str | None = SYSTEM_PROMPT) -> li
     return messages
 
 
+def last_message_index(messages: Any, role: str = "user") -> int | None:
+    """Position of the last ``role`` message of a conversation (for ``user``: the question, to which an environment
+    appends its first observation); None for plain text or a conversation without such a message.
+
+    >>> last_message_index(build_prompt("How many?"))
+    1
+    """
+    if not isinstance(messages, (list, tuple)):
+        return None
+    return max((k for k, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == role), default=None)
+
+
 def format_solution(steps: list[str], final_answer: str, *, answer_first: bool = False) -> str:
     """Steps one per line, then the final-answer line (the completion text the model learns to write).
 

@@ -29,7 +29,7 @@ from typing import Any, Iterable
 
 from agentic_rl.data.formats import CALC_ANNOTATION, SYSTEM_PROMPT, format_solution, rl_row, sft_row
 from agentic_rl.errors import DataError
-from agentic_rl.utils import parse_json
+from agentic_rl.utils import iter_jsonl, parse_json
 
 GSM8K_HUB_ID = "openai/gsm8k"
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -120,20 +120,8 @@ def _one_line(text: object, limit: int = 200) -> str:
 
 
 def _read_jsonl(path: Path) -> Records:
-    rows, locs = [], []
-    with path.open(encoding="utf-8-sig") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = parse_json(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path} line {lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-            locs.append(f"{path} line {lineno}")
-    return Records(rows, str(path), locs)
+    numbered = list(iter_jsonl(path))  # "<path> line N: ..." errors
+    return Records([row for _, row in numbered], str(path), [f"{path} line {n}" for n, _ in numbered])
 
 
 def _read_json(path: Path) -> Records:

@@ -106,14 +106,14 @@ def bootstrap_mean_difference(diffs_by_run: list[list[float]], *, samples: int =
 
 def per_problem_accuracy(predictions: Path) -> dict[str, float]:
     """question -> share of its completions that are correct (strict), from an evaluation's predictions.jsonl."""
-    from agentic_rl.utils import read_jsonl
+    from agentic_rl.utils import iter_jsonl
 
     if not predictions.is_file():
         raise DataError(f"{predictions}: not found (was this stage evaluated? run the pipeline with the stage on)")
     totals: dict[str, list[int]] = {}
-    for n, row in enumerate(read_jsonl(predictions), start=1):
+    for n, row in iter_jsonl(predictions):
         if "question" not in row or "correct_strict" not in row:
-            raise DataError(f"{predictions} row {n}: needs 'question' and 'correct_strict' (an evaluation output)")
+            raise DataError(f"{predictions} line {n}: needs 'question' and 'correct_strict' (an evaluation output)")
         hits = totals.setdefault(str(row["question"]), [0, 0])
         hits[0] += bool(row["correct_strict"])
         hits[1] += 1

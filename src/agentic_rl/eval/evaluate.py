@@ -136,8 +136,10 @@ def _as_rows(dataset: Any, config: EvalConfig) -> list[dict[str, Any]]:
             raise ConfigError(f"evaluation row {i} needs 'question' (or 'prompt') and 'ground_truth'; got keys "
                               f"{sorted(row)}. Load datasets with agentic_rl.data.custom.load_task_dataset")
         if not row.get("question") and isinstance(row.get("prompt"), list):  # RL rows: the last user message
-            users = [m.get("content", "") for m in row["prompt"] if m.get("role") == "user"]
-            row["question"] = users[-1] if users else ""
+            from agentic_rl.data.formats import last_message_index
+
+            k = last_message_index(row["prompt"])
+            row["question"] = row["prompt"][k].get("content", "") if k is not None else ""
     return rows
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
 
 from agentic_rl.data.formats import render_prompt
 

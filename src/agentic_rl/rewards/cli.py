@@ -22,7 +22,7 @@ from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.rewards.calculator import check_equations, count_steps
 from agentic_rl.rewards.extraction import completion_text, extract_answer
 from agentic_rl.rewards.registry import build_rewards
-from agentic_rl.utils import parse_json
+from agentic_rl.utils import iter_jsonl
 
 DEFAULT_REWARDS = ["accuracy", "format", "step", "length", "process"]
 
@@ -55,37 +55,23 @@ def read_rows(config: RewardCheckConfig) -> list[dict[str, Any]]:
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     rows = []
-    with path.open("rb") as fh:
-        for lineno, data in enumerate(fh, start=1):
-            try:
-                line = data.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(f"{path} line {lineno}: not UTF-8 text (byte {exc.start} of the line); expected a "
-                                "JSONL file of completions") from None
-            if not line.strip():
-                continue
-            try:
-                row = parse_json(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path} line {lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}")
-            for key in (config.completion_field, config.ground_truth_field):
-                if key not in row:
-                    raise DataError(f"{path} line {lineno}: missing field '{key}' (fields: {', '.join(row)[:200]})")
-            completion = row[config.completion_field]
-            if not (isinstance(completion, str) or (isinstance(completion, list)
-                                                    and all(isinstance(m, dict) for m in completion))):
-                raise DataError(f"{path} line {lineno}: field '{config.completion_field}' must be a string or a "
-                                f"list of messages, got {type(completion).__name__}")
-            truth = row[config.ground_truth_field]
-            if isinstance(truth, (dict, list)) or truth is None:
-                raise DataError(f"{path} line {lineno}: field '{config.ground_truth_field}' must be a number or "
-                                f"a string, got {json.dumps(truth)[:40]}")
-            row["_line"] = lineno
-            rows.append(row)
-            if config.limit is not None and len(rows) >= config.limit:
-                break
+    for lineno, row in iter_jsonl(path):  # a line that is not a JSON object: "<path> line N: ..."
+        for key in (config.completion_field, config.ground_truth_field):
+            if key not in row:
+                raise DataError(f"{path} line {lineno}: missing field '{key}' (fields: {', '.join(row)[:200]})")
+        completion = row[config.completion_field]
+        if not (isinstance(completion, str) or (isinstance(completion, list)
+                                                and all(isinstance(m, dict) for m in completion))):
+            raise DataError(f"{path} line {lineno}: field '{config.completion_field}' must be a string or a "
+                            f"list of messages, got {type(completion).__name__}")
+        truth = row[config.ground_truth_field]
+        if isinstance(truth, (dict, list)) or truth is None:
+            raise DataError(f"{path} line {lineno}: field '{config.ground_truth_field}' must be a number or "
+                            f"a string, got {json.dumps(truth)[:40]}")
+        row["_line"] = lineno
+        rows.append(row)
+        if config.limit is not None and len(rows) >= config.limit:
+            break
     if not rows:
         raise DataError(f"{path}: no rows")
     return rows

@@ -41,7 +41,7 @@ from typing import Any, Sequence
 
 from agentic_rl.errors import AgenticRLError, ConfigError
 from agentic_rl.rewards.extraction import completion_text
-from agentic_rl.utils import warn
+from agentic_rl.utils import iter_jsonl, warn
 
 __all__ = ["JudgeReward", "JudgeError", "parse_score", "judge_messages", "DEFAULT_RUBRIC", "MAX_SCORE"]
 
@@ -186,14 +186,14 @@ class JudgeReward:
         if self.cache_path is None or not self.cache_path.is_file():
             return cache
         bad = 0
-        for line in self.cache_path.read_text().splitlines():
+        # skip_bad_lines: e.g. a line cut short when a run was killed mid-write
+        for _, row in iter_jsonl(self.cache_path, skip_bad_lines=True):
             try:
-                row = json.loads(line)
                 cache[str(row["key"])] = float(row["score"])
             except (ValueError, KeyError, TypeError):
-                bad += line.strip() != ""
-        if bad:  # e.g. a line cut short when a run was killed mid-write
-            warn(f"judge: skipped {bad} unreadable line(s) of the cache {self.cache_path}")
+                bad += 1
+        if bad:
+            warn(f"judge: skipped {bad} cache row(s) without a key and a numeric score in {self.cache_path}")
         return cache
 
     def _key(self, prompt: str, completion: str, reference: Any) -> str:

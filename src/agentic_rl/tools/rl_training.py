@@ -69,7 +69,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.errors import AgenticRLError, ConfigError
+from agentic_rl.errors import AgenticRLError, ConfigError, DataError
 
 try:  # optional integration: hello-agents (pip install 'agentic-rl[hello-agents]')
     from hello_agents.tools.base import Tool as _ToolBase
@@ -237,7 +237,13 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         self.rewards: dict[str, dict[str, Any]] = {}
         state = self.workspace / "rl_training_state.json"
         if state.is_file():
-            data = json.loads(state.read_text())
+            from agentic_rl.utils import read_json
+
+            try:
+                data = read_json(state)
+            except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+                raise DataError(f"{state}: not valid JSON ({exc}); move it away to start this workspace afresh") \
+                    from None
             self.runs, self.datasets, self.rewards = data.get("runs", {}), data.get("datasets", {}), \
                 data.get("rewards", {})
 
@@ -782,9 +788,11 @@ def _training_metrics(result: dict[str, Any], out: Path) -> dict[str, Any]:
         if isinstance(result.get(key), dict):
             metrics.update({k: v for k, v in result[key].items()
                             if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    from agentic_rl.utils import read_jsonl
+
     log_file = out / "metrics.jsonl"
     if log_file.is_file():
-        rows = [json.loads(line) for line in log_file.read_text().splitlines() if line.strip()]
+        rows = read_jsonl(log_file)
         last: dict[str, Any] = {}
         for row in rows:  # the latest value of every logged metric
             last.update({k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})

@@ -608,77 +608,34 @@ def trl_arguments(config: GRPOConfig, out: Path, reward_weights: list[float]):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Monitoring: one logger (TensorBoard / wandb / metrics.jsonl), health rules, sample completions, held-out eval
+# Monitoring: metric names, health rules, sample completions, held-out eval (the logger: train.monitoring)
 # ---------------------------------------------------------------------------------------------------------------
 
+#: TRL's GRPO keys -> ours (the trainer's shared keys are train.monitoring.TRAINER_METRIC_NAMES).
 _RENAME = {
-    "loss": "train/loss", "grad_norm": "train/grad_norm", "learning_rate": "train/learning_rate",
-    "epoch": "train/epoch", "reward": "grpo/reward", "reward_std": "grpo/reward_std",
+    "reward": "grpo/reward", "reward_std": "grpo/reward_std",
     "frac_reward_zero_std": "grpo/zero_std_fraction", "kl": "grpo/kl", "entropy": "grpo/entropy",
     "clip_ratio/region_mean": "grpo/clip_ratio", "clip_ratio/low_mean": "grpo/clip_ratio_low",
     "clip_ratio/high_mean": "grpo/clip_ratio_high", "completions/mean_length": "grpo/completion_length",
-    "completions/clipped_ratio": "grpo/truncated_fraction", "step_time": "perf/step_time_s",
-    "num_tokens": "perf/num_tokens", "generation_time": "perf/generation_s",
+    "completions/clipped_ratio": "grpo/truncated_fraction", "generation_time": "perf/generation_s",
 }
 
 
 def rename_metrics(logs: dict[str, Any]) -> dict[str, float]:
     """TRL's log keys -> the documented ``grpo/…`` names (see the module docstring's table); nothing is dropped."""
+    from agentic_rl.train.monitoring import namespace_metrics
+
     out: dict[str, float] = {}
+    rest: dict[str, Any] = {}
     for key, value in logs.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            continue
-        if key.startswith("agent/"):  # the environment's episode statistics keep their names
-            out[key] = float(value)
-            continue
-        if key.startswith("rewards/") and key.count("/") == 2:
+        if key.startswith("rewards/") and key.count("/") == 2 and isinstance(value, (int, float)):
             _, name, stat = key.split("/")
             out[f"grpo/reward/{name}" if stat == "mean" else f"grpo/reward_{stat}/{name}"] = float(value)
             if stat == "mean" and name == "accuracy":
                 out["grpo/accuracy"] = float(value)
-            continue
-        out[_RENAME.get(key, f"grpo/{key}")] = float(value)
-    return out
-
-
-class MetricsLogger:
-    """The one place scalars go: ``metrics.jsonl`` always, TensorBoard and wandb when asked for."""
-
-    def __init__(self, out: Path, backends: list[str], config: GRPOConfig, *, resume: bool):
-        self.path = out / "metrics.jsonl"
-        if not resume and self.path.exists():
-            self.path.unlink()
-        self.tb = None
-        self.wandb = None
-        if "tensorboard" in backends:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(log_dir=str(out / "tensorboard"))
-        if "wandb" in backends:
-            import wandb
-
-            self.wandb = wandb.init(project=os.environ.get("WANDB_PROJECT", "agentic-rl"), name=out.name,
-                                    dir=str(out), config=config_to_dict(config), resume="allow")
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        append_jsonl(self.path, {"step": step, **metrics})
-        if self.tb is not None:
-            for key, value in metrics.items():
-                if math.isfinite(value):
-                    self.tb.add_scalar(key, value, step)
-            self.tb.flush()
-        if self.wandb is not None:
-            self.wandb.log(metrics, step=step)
-
-    def text(self, step: int, tag: str, text: str) -> None:
-        if self.tb is not None:
-            self.tb.add_text(tag, text, step)
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-        if self.wandb is not None:
-            self.wandb.finish()
+        else:
+            rest[key] = value
+    return {**out, **namespace_metrics(rest, "grpo", _RENAME)}
 
 
 def health_monitor(config: GRPOConfig, *, environment: bool = False):
@@ -739,14 +696,30 @@ def health_monitor(config: GRPOConfig, *, environment: bool = False):
     return HealthMonitor(rules)
 
 
-def _make_callback(config: GRPOConfig, out: Path, logger: MetricsLogger, rules, heldout, tokenizer,
-                   state: dict[str, Any], env_factory=None):
-    """The trainer callback: renamed metrics, health rules, completions.jsonl and periodic held-out evaluation;
-    a :class:`~agentic_rl.train.monitoring.NonFiniteGuard`, so a NaN/inf loss or weights end the run with an error."""
-    from agentic_rl.train.monitoring import NonFiniteGuard
+def make_monitor(config: GRPOConfig, out: Path, logger, rules, heldout, tokenizer, env_factory, base: tuple):
+    """The trainer callback: renamed metrics, health rules, completions.jsonl and periodic held-out evaluation that
+    keeps ``best/``; a :class:`~agentic_rl.train.monitoring.NonFiniteGuard`, so a NaN/inf loss or weights end the run
+    with an error. Its state (best score and step, steps evaluated) lives on the instance; ``attach(trainer)`` gives
+    it the trainer whose sample completions it writes. (The class is built here because transformers, which its
+    base class needs, is imported only when training starts.)"""
+    from agentic_rl.data.formats import last_message_index
+    from agentic_rl.train.monitoring import NonFiniteGuard, trl_generation_log
 
     class GRPOMonitor(NonFiniteGuard):
-        trainer = None  # set after the trainer exists (the sample completions live on it)
+        def __init__(self):
+            super().__init__()
+            self.trainer = None
+            self.best_score, self.best_step = -math.inf, None
+            self.evaluated_steps: set[int] = set()
+
+        def attach(self, trainer) -> None:
+            self.trainer = trainer
+
+        def restore_best(self) -> None:
+            """On resume: the best held-out score so far is the one ``best/`` was saved with."""
+            best = _best_row(out)
+            if best is not None:
+                self.best_score, self.best_step = best.get(config.best_metric, best["accuracy"]), best["step"]
 
         def on_log(self, args, st, control, logs=None, **kwargs):
             super().on_log(args, st, control, logs=logs, **kwargs)
@@ -761,14 +734,16 @@ def _make_callback(config: GRPOConfig, out: Path, logger: MetricsLogger, rules, 
                 self._write_completions(st.global_step)
 
         def _write_completions(self, step: int) -> None:
-            logs = self.trainer._logs  # TRL keeps the latest generation batch here (prompts, completions, rewards)
-            prompts, completions = list(logs["prompt"]), list(logs["completion"])
-            rewards = {name: list(values) for name, values in logs["rewards"].items()}
-            advantages = list(logs["advantages"])
+            batch = trl_generation_log(self.trainer)
+            prompts, completions = list(batch["prompt"]), list(batch["completion"])
+            rewards = {name: list(values) for name, values in batch["rewards"].items()}
+            advantages = list(batch["advantages"])
             n = min(config.completions_per_log, len(completions))
             shown = []
             for i in range(n):
-                row = {"step": step, "prompt": _last_user(prompts[i]), "completion": _text(completions[i]),
+                user = last_message_index(prompts[i])  # shown: the question (last user message), else the prompt
+                question = prompts[i][user].get("content", "") if user is not None else str(prompts[i])
+                row = {"step": step, "prompt": question, "completion": _text(completions[i]),
                        "rewards": {k: v[i] for k, v in rewards.items() if i < len(v)},
                        "advantage": advantages[i] if i < len(advantages) else None}
                 append_jsonl(out / "completions.jsonl", row)
@@ -788,9 +763,9 @@ def _make_callback(config: GRPOConfig, out: Path, logger: MetricsLogger, rules, 
                 self._heldout(st.global_step, model)
 
         def _heldout(self, step: int, model) -> None:
-            if step in state["evaluated_steps"]:
+            if step in self.evaluated_steps:
                 return
-            state["evaluated_steps"].add(step)
+            self.evaluated_steps.add(step)
             start = time.time()
             metrics = evaluate_heldout(model, tokenizer, heldout, config, env_factory)
             row = {"step": step, **metrics, "seconds": round(time.time() - start, 1)}
@@ -798,21 +773,13 @@ def _make_callback(config: GRPOConfig, out: Path, logger: MetricsLogger, rules, 
             logger.log(step, {f"eval/{k}": float(v) for k, v in metrics.items() if k != "n"})
             acc, score = metrics["accuracy"], metrics.get(config.best_metric, metrics["accuracy"])
             log(f"step {step}: held-out accuracy {acc:.1%} on {metrics['n']} problems ({row['seconds']}s)")
-            if score > state["best_score"]:
-                state["best_score"] = score
-                state["best_step"] = step
+            if score > self.best_score:
+                self.best_score, self.best_step = score, step
                 save_policy(model, tokenizer, out / "best")
-                write_base_fingerprint(out / "best", *state["base"])
+                write_base_fingerprint(out / "best", *base)
                 write_json(out / "best" / "best.json", {"step": step, **metrics})
 
     return GRPOMonitor()
-
-
-def _last_user(messages: Any) -> str:
-    if isinstance(messages, list):
-        users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-        return users[-1] if users else str(messages)
-    return str(messages)
 
 
 def _text(completion: Any) -> str:
@@ -946,19 +913,15 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     # --- trainer ---------------------------------------------------------------------------------------------------
     from agentic_rl.models.loading import count_parameters
     from agentic_rl.train.signal import make_signal_trainer_class
-    from agentic_rl.train.monitoring import resolve_report_to  # checks the packages; wandb offline without a key
+    from agentic_rl.train.monitoring import MetricsLogger, resolve_report_to
 
-    backends = [b for b in resolve_report_to(list(config.report_to), out) if b != "none"]
-    logger = MetricsLogger(out, backends, config, resume=checkpoint is not None)
+    backends = resolve_report_to(list(config.report_to), out)  # checks the packages; wandb offline without a key
+    logger = MetricsLogger(out, backends, config=config_to_dict(config), resume=checkpoint is not None)
     rules = health_monitor(config, environment=env_factory is not None)
-    state: dict[str, Any] = {"best_score": -math.inf, "best_step": None, "evaluated_steps": set(),
-                             "base": (start_fingerprint, base_dir)}
-    if checkpoint is not None and (out / "best" / "best.json").is_file():
-        from agentic_rl.utils import read_json
-
-        best = read_json(out / "best" / "best.json")
-        state.update(best_score=best.get(config.best_metric, best["accuracy"]), best_step=best["step"])
-    monitor = _make_callback(config, out, logger, rules, heldout, tokenizer, state, env_factory)
+    monitor = make_monitor(config, out, logger, rules, heldout, tokenizer, env_factory,
+                           base=(start_fingerprint, base_dir))
+    if checkpoint is not None:
+        monitor.restore_best()
     trainer_kwargs = dict(model=model, reward_funcs=funcs, args=trl_arguments(config, out, weights),
                           train_dataset=train, processing_class=tokenizer, peft_config=peft_config_for(config),
                           callbacks=[monitor, *(callbacks or [])])
@@ -980,7 +943,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         trainer = make_signal_trainer_class()(
             **trainer_kwargs, refill_max_draws=config.refill_max_draws, sft_loss_weight=config.sft_loss_weight,
             sft_demonstrations=demonstrations, seed=config.seed, rollout_func=rollout_func)
-    monitor.trainer = trainer
+    monitor.attach(trainer)
     trainable_names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     (out / "trainable_parameters.txt").write_text("\n".join(trainable_names) + "\n")
     trainable, total = count_parameters(trainer.model)
@@ -994,9 +957,9 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
 
     # --- save: adapter, merged model ---------------------------------------------------------------------------------
     policy = trainer.model
-    if config.select_best and state["best_step"] not in (None, trainer.state.global_step):
-        log(f"select_best: building merged/ from best/ (step {state['best_step']}, held-out {config.best_metric} "
-            f"{state['best_score']:.3f})")
+    if config.select_best and monitor.best_step not in (None, trainer.state.global_step):
+        log(f"select_best: building merged/ from best/ (step {monitor.best_step}, held-out {config.best_metric} "
+            f"{monitor.best_score:.3f})")
         load_weights(policy, out / "best")
     adapter_dir = None
     if not config.full:
@@ -1017,7 +980,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         "base_dir": base_dir,
         "best_dir": str(out / "best") if (out / "best").is_dir() else None,
         "best_heldout": _best_row(out),
-        "best_step": state["best_step"],
+        "best_step": monitor.best_step,
         "heldout": heldout_rows,
         "train_metrics": {k: v for k, v in train_result.metrics.items() if isinstance(v, (int, float))},
         "warnings": rules.warnings,

@@ -26,8 +26,11 @@ optimizer step (one pass over them, small next to the step; GRPO would otherwise
 logits and die in ``torch.multinomial``). Under fp16 mixed precision an infinite gradient norm is normal (the loss
 scaler skips that step) and only the weights count.
 
-Logging backends (``report_to``): ``tensorboard`` (default, events in ``<run>/tensorboard``), ``wandb`` (offline
-unless ``WANDB_API_KEY`` is set or ``WANDB_MODE`` says otherwise), ``none``; comma-separate several.
+Metrics: every stage logs through one :class:`MetricsLogger` (a :class:`MetricsCallback` on its trainer) into
+``<run>/metrics.jsonl`` with namespaced keys (``train/loss``, ``perf/num_tokens``, ``sft/mean_token_accuracy``,
+``grpo/kl``, ``eval/loss``: :func:`namespace_metrics`), which is what the pipeline report reads, and into the
+backends ``report_to`` names: ``tensorboard`` (default, events in ``<run>/tensorboard``), ``wandb`` (offline unless
+``WANDB_API_KEY`` is set or ``WANDB_MODE`` says otherwise), ``none`` (:class:`NullBackend`); comma-separate several.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from transformers import TrainerCallback
 
 from agentic_rl.config import report_to_list
 from agentic_rl.errors import ConfigError, TrainingError
-from agentic_rl.utils import warn
+from agentic_rl.utils import append_jsonl, warn
 
 Rule = Callable[[list[dict[str, Any]], dict[str, Any]], "str | None"]
 
@@ -270,17 +273,162 @@ def resolve_report_to(report_to: str | list[str] | None, run_dir: str | Path | N
     return names or ["none"]
 
 
-def logging_callbacks(report_to: list[str], run_dir: str | Path) -> tuple[list[str], list[TrainerCallback]]:
-    """Split ``report_to`` into what the trainer handles itself and our TensorBoard writer at ``<run>/tensorboard``.
+# ---------------------------------------------------------------------------------------------------------------
+# The one metrics logger of every stage
+# ---------------------------------------------------------------------------------------------------------------
 
-    (The trainer's own TensorBoard callback writes under ``output_dir/runs/<date>``; one fixed folder per run is
-    easier to find and to plot.)
+#: The trainer's own keys, the same in every stage -> their namespaced names (see :func:`namespace_metrics`).
+TRAINER_METRIC_NAMES = {
+    "loss": "train/loss", "grad_norm": "train/grad_norm", "learning_rate": "train/learning_rate",
+    "epoch": "train/epoch", "train_loss": "train/mean_loss", "num_tokens": "perf/num_tokens",
+    "step_time": "perf/step_time_s", "train_runtime": "perf/train_runtime_s",
+    "train_samples_per_second": "perf/train_samples_per_s", "train_steps_per_second": "perf/train_steps_per_s",
+    "total_flos": "perf/total_flos",
+}
+
+
+def namespace_metrics(logs: dict[str, Any], stage: str, names: dict[str, str] | None = None) -> dict[str, float]:
+    """A trainer's log dict -> namespaced scalars: the trainer's shared keys as ``train/…`` / ``perf/…``
+    (:data:`TRAINER_METRIC_NAMES`, plus the stage's own ``names``), ``eval_x`` as ``eval/x``, the environment's
+    ``agent/…`` as they are, anything else as ``<stage>/<key>`` (nothing is dropped); non-numbers are left out.
+
+    >>> namespace_metrics({"loss": 1.5, "mean_token_accuracy": 0.4, "eval_loss": 1.7}, "sft")
+    {'train/loss': 1.5, 'sft/mean_token_accuracy': 0.4, 'eval/loss': 1.7}
     """
-    callbacks: list[TrainerCallback] = []
-    rest = [r for r in report_to if r not in ("tensorboard", "none")] or ["none"]
-    if "tensorboard" in report_to:
-        from torch.utils.tensorboard import SummaryWriter
-        from transformers.integrations import TensorBoardCallback
+    names = {**TRAINER_METRIC_NAMES, **(names or {})}
+    out: dict[str, float] = {}
+    for key, value in logs.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if key in names:
+            out[names[key]] = float(value)
+        elif key.startswith("eval_"):
+            out[f"eval/{key[len('eval_'):]}"] = float(value)
+        elif key.startswith("agent/"):
+            out[key] = float(value)
+        else:
+            out[f"{stage}/{key}"] = float(value)
+    return out
 
-        callbacks.append(TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))))
-    return rest, callbacks
+
+class NullBackend:
+    """Where scalars go when ``report_to`` is ``none``: nowhere (no file, no folder, no process)."""
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def text(self, step: int, tag: str, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardBackend(NullBackend):
+    """Scalars (and sample texts) as TensorBoard events in ``<run>/tensorboard`` (one fixed folder per run; the
+    trainer's own callback would write under ``output_dir/runs/<date>``)."""
+
+    def __init__(self, run_dir: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            if math.isfinite(value):
+                self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def text(self, step: int, tag: str, text: str) -> None:
+        self.writer.add_text(tag, text, step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbBackend(NullBackend):
+    """A wandb run named after the run directory, its files in ``$WANDB_DIR`` (the user's, else the run directory:
+    :func:`resolve_report_to`, which also makes it offline unless a key is set)."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any] | None):
+        import wandb
+
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "agentic-rl"), name=run_dir.name,
+                              dir=os.environ.get("WANDB_DIR", str(run_dir)), config=config or {}, resume="allow")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log(metrics, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MetricsLogger:
+    """The one place a stage's scalars go, so that no training loop branches on which backends are on.
+
+    ``<run>/metrics.jsonl`` (``{"step": N, <namespaced metric>: value, ...}`` per log) is the run's record, always
+    written: the pipeline report, the compute-matched control and the agent tool read it. TensorBoard and wandb are
+    backends chosen by ``report_to`` (already checked by :func:`resolve_report_to`); ``none`` is the
+    :class:`NullBackend`. A new run starts a fresh ``metrics.jsonl``; a resumed one appends to it.
+    """
+
+    def __init__(self, run_dir: str | Path, report_to: list[str], *, config: dict[str, Any] | None = None,
+                 resume: bool = False):
+        run_dir = Path(run_dir)
+        self.path = run_dir / "metrics.jsonl"
+        if not resume and self.path.exists():
+            self.path.unlink()
+        self.backends: list[NullBackend] = []
+        if "tensorboard" in report_to:
+            self.backends.append(TensorBoardBackend(run_dir))
+        if "wandb" in report_to:
+            self.backends.append(WandbBackend(run_dir, config))
+        if not self.backends:
+            self.backends.append(NullBackend())
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        append_jsonl(self.path, {"step": step, **metrics})
+        for backend in self.backends:
+            backend.log(step, metrics)
+
+    def text(self, step: int, tag: str, text: str) -> None:
+        for backend in self.backends:
+            backend.text(step, tag, text)
+
+    def close(self) -> None:
+        for backend in self.backends:
+            backend.close()
+
+
+class MetricsCallback(TrainerCallback):
+    """Feeds a ``transformers`` / TRL trainer's logs, namespaced for ``stage``, to a :class:`MetricsLogger`
+    (pretraining, SFT, the reward model; GRPO's monitor calls the logger itself). The trainer's own reporting stays
+    off (``report_to="none"``); only the main process writes."""
+
+    def __init__(self, logger: MetricsLogger, stage: str):
+        self.logger, self.stage = logger, stage
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        metrics = namespace_metrics(logs or {}, self.stage)
+        if metrics and state.is_world_process_zero:
+            self.logger.log(state.global_step, metrics)
+
+
+def trl_generation_log(trainer) -> dict[str, Any]:
+    """The latest generation batch a TRL ``GRPOTrainer`` / ``RLOOTrainer`` scored, as TRL records it:
+    ``{"prompt": deque, "completion": deque, "rewards": {name: deque}, "advantages": deque, ...}``.
+
+    TRL 1.16 keeps this only in the private attribute ``trainer._logs`` (filled in
+    ``_generate_and_score_completions`` for its ``log_completions`` table) and offers no public accessor. We need it
+    for GRPO's ``completions.jsonl`` (sample completions with each reward and the advantage) and RLOO's rollout
+    trainer writes the advantages it trained on into it. This is the one place the project touches that attribute,
+    so a TRL release that renames it fails here, with a message, rather than deep in a callback.
+    """
+    logs = getattr(trainer, "_logs", None)
+    if not isinstance(logs, dict) or not {"prompt", "completion", "rewards", "advantages"} <= logs.keys():
+        import trl
+
+        raise TrainingError(f"TRL {trl.__version__} no longer keeps its generation batch in trainer._logs (read by "
+                            "agentic_rl.train.monitoring.trl_generation_log, written for TRL 1.16): install the "
+                            "TRL version in constraints.txt, or set completions_every: 0")
+    return logs

@@ -14,7 +14,8 @@ Algorithm:
    blocks (every token is a target), AdamW, linear warm-up then cosine decay.
 5. Saved with ``save_pretrained`` into ``<run>/model``: plain ``AutoModelForCausalLM.from_pretrained`` /
    ``AutoTokenizer.from_pretrained`` / ``pipeline("text-generation")`` load it. ``<run>/metrics.json`` holds the
-   final and held-out loss and an arithmetic probe (greedy ``a op b =`` completions on fresh facts).
+   final and held-out loss and an arithmetic probe (greedy ``a op b =`` completions on fresh facts),
+   ``<run>/metrics.jsonl`` every logged step (``train/loss``, ``train/learning_rate``, ``eval/loss``, ...).
 
 Run: ``agentic-rl pretrain --output-dir runs/base`` (about 3 minutes on 2 CPU cores with the defaults).
 """
@@ -27,7 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import SEED_RANGE, check_range, format_config, report_to_list, save_config, setting
+from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, save_config,
+                               setting)
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
@@ -36,7 +38,9 @@ from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
 CORPORA = ("arithmetic", "arithmetic+copy")
 
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
-PRETRAIN_OUTPUTS = ("checkpoints", "tokenizer", "model", "metrics.json", "log_history.json", "tensorboard")
+#: What a run writes (``log_history.json``: what earlier versions wrote instead of ``metrics.jsonl``).
+PRETRAIN_OUTPUTS = ("checkpoints", "tokenizer", "model", "metrics.json", "metrics.jsonl", "log_history.json",
+                    "tensorboard")
 
 
 @dataclass
@@ -192,7 +196,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
 
     from agentic_rl.models.loading import count_parameters
     from agentic_rl.models.tiny import build_tiny_model, default_tokenizer_corpus, save_model_dir, train_tokenizer
-    from agentic_rl.train.monitoring import HealthCallback, logging_callbacks, resolve_report_to
+    from agentic_rl.train.monitoring import HealthCallback, MetricsCallback, MetricsLogger, resolve_report_to
 
     start = time.time()
     out = stage_path(config.output_dir, "pretrain")
@@ -244,7 +248,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     # --- trainer --------------------------------------------------------------------------------------------------
     gpu = has_gpu()
     ckpt_dir = out / "checkpoints"
-    rest, callbacks = logging_callbacks(report_to, out)
+    metrics_logger = MetricsLogger(out, report_to, config=config_to_dict(config), resume=resume_from is not None)
     health = HealthCallback()
     args = TrainingArguments(
         output_dir=str(ckpt_dir),
@@ -262,7 +266,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         save_steps=config.save_steps or 500,
         save_total_limit=2,
         eval_strategy="no",
-        report_to=rest,
+        report_to="none",  # metrics go through metrics_logger
         seed=config.seed,
         use_cpu=not gpu,
         bf16=supports_bf16(),
@@ -276,23 +280,24 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         args=args,
         train_dataset=train_ds,
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
-        callbacks=[health, *callbacks],
+        callbacks=[health, MetricsCallback(metrics_logger, "pretrain")],
     )
-    train_out = trainer.train(resume_from_checkpoint=resume_from)
-
-    # --- evaluate and save ----------------------------------------------------------------------------------------
-    metrics: dict[str, Any] = {"train/loss": train_out.training_loss, "global_step": trainer.state.global_step,
-                               "parameters": n_params, "vocab_size": len(tokenizer)}
-    if eval_ds is not None:
-        ev = trainer.evaluate(eval_dataset=eval_ds)
-        metrics["eval/loss"] = ev["eval_loss"]
-        metrics["eval/perplexity"] = math.exp(min(ev["eval_loss"], 50))
+    try:
+        train_out = trainer.train(resume_from_checkpoint=resume_from)
+        # --- evaluate and save ------------------------------------------------------------------------------------
+        metrics: dict[str, Any] = {"train/loss": train_out.training_loss, "global_step": trainer.state.global_step,
+                                   "parameters": n_params, "vocab_size": len(tokenizer)}
+        if eval_ds is not None:
+            ev = trainer.evaluate(eval_dataset=eval_ds)  # logged as eval/loss, eval/runtime, ...
+            metrics["eval/loss"] = ev["eval_loss"]
+            metrics["eval/perplexity"] = math.exp(min(ev["eval_loss"], 50))
+    finally:
+        metrics_logger.close()
     metrics["eval/arithmetic_accuracy"] = arithmetic_probe(trainer.model, tokenizer)
     metrics["health_warnings"] = health.monitor.warnings
     model_dir = save_model_dir(trainer.model, tokenizer, out / "model")
     metrics["wall_time_s"] = round(time.time() - start, 1)
     write_json(out / "metrics.json", metrics)
-    write_json(out / "log_history.json", trainer.state.log_history)
     log(f"pretrain done in {metrics['wall_time_s']} s: loss {metrics['train/loss']:.3f}, "
         f"eval loss {metrics.get('eval/loss', float('nan')):.3f}, "
         f"arithmetic probe {metrics['eval/arithmetic_accuracy']:.1%}; model in {model_dir}")

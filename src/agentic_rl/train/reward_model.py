@@ -18,7 +18,7 @@ Algorithm (the Bradley-Terry reward model of InstructGPT, as TRL 1.16 implements
    (:mod:`agentic_rl.rewards.reward_model`).
 5. Output in the run directory: ``merged/`` (the reward model: LoRA merged into it, loadable with
    ``AutoModelForSequenceClassification``; the stage's model folder), ``adapter/`` for LoRA runs, ``config.yaml``,
-   ``metrics.json``, ``log_history.json``, ``checkpoints/`` (for ``--resume``); a finished run is replaced only with
+   ``metrics.json``, ``metrics.jsonl`` (every logged step), ``checkpoints/`` (for ``--resume``); a finished run is replaced only with
    ``--overwrite`` (``agentic_rl.runs``).
 
 Use it as a GRPO reward: ``agentic-rl grpo --model runs/sft/merged --reward 'reward_model(path=runs/reward-model/merged)'``
@@ -35,13 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import SEED_RANGE, check_range, format_config, report_to_list, save_config, setting
+from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, save_config,
+                               setting)
 from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
-from agentic_rl.utils import has_gpu, log, read_jsonl, set_seed, supports_bf16, write_json
+from agentic_rl.utils import has_gpu, iter_jsonl, log, set_seed, supports_bf16, write_json
 
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
-REWARD_MODEL_OUTPUTS = ("checkpoints", "adapter", "merged", "metrics.json", "log_history.json", "tensorboard")
+#: What a run writes (``log_history.json``: what earlier versions wrote instead of ``metrics.jsonl``).
+REWARD_MODEL_OUTPUTS = ("checkpoints", "adapter", "merged", "metrics.json", "metrics.jsonl", "log_history.json",
+                        "tensorboard")
 
 
 @dataclass
@@ -110,19 +113,16 @@ def load_pairs(path: str) -> tuple[list[dict[str, Any]], bool]:
         raise ConfigError("dataset is required: a JSONL of preference pairs (--dataset pairs.jsonl)")
     if not Path(path).is_file():
         raise DataError(f"preference pairs {path}: no such file (write one with `agentic-rl preferences`)")
-    try:
-        raw = read_jsonl(path)
-    except ValueError as exc:
-        raise DataError(f"{path}: not valid JSONL ({exc})") from None
+    raw = list(iter_jsonl(path))  # a line that is not a JSON object: "<path> line N: ..."
     if not raw:
         raise DataError(f"{path} holds no preference pairs")
-    with_prompt = "prompt" in raw[0]
-    conversational = _is_messages(raw[0].get("chosen"))
+    with_prompt = "prompt" in raw[0][1]
+    conversational = _is_messages(raw[0][1].get("chosen"))
     rows = []
-    for i, row in enumerate(raw, start=1):
-        if not isinstance(row, dict) or "chosen" not in row or "rejected" not in row:
+    for i, row in raw:
+        if "chosen" not in row or "rejected" not in row:
             raise DataError(f"{path} line {i}: a preference pair needs 'chosen' and 'rejected' "
-                            f"(and usually 'prompt'); got {sorted(row) if isinstance(row, dict) else row!r}")
+                            f"(and usually 'prompt'); got {sorted(row)}")
         if ("prompt" in row) != with_prompt:
             raise DataError(f"{path} line {i}: 'prompt' must be in every row or in none")
         keys = ("prompt", "chosen", "rejected") if with_prompt else ("chosen", "rejected")
@@ -242,7 +242,7 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     from peft import PeftModel
 
     from agentic_rl.models.loading import count_parameters
-    from agentic_rl.train.monitoring import HealthCallback, logging_callbacks, resolve_report_to
+    from agentic_rl.train.monitoring import HealthCallback, MetricsCallback, MetricsLogger, resolve_report_to
 
     start = time.time()
     out = stage_path(config.output_dir, "reward-model")
@@ -259,21 +259,25 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     claim_stage_dir(out, config, stage="reward-model", stale=REWARD_MODEL_OUTPUTS, resuming=checkpoint is not None)
     save_config(config, out / "config.yaml")
     report = resolve_report_to(config.report_to, out)
-    report_rest, log_callbacks = logging_callbacks(report, out)
+    metrics_logger = MetricsLogger(out, report, config=config_to_dict(config), resume=checkpoint is not None)
 
     before = pairwise_accuracy(model.eval(), tokenizer, heldout_rows, batch_size=config.score_batch_size)
     model.train()
     health = HealthCallback()
-    trainer = trl.RewardTrainer(model=model, args=trainer_arguments(config, out, report_rest),
+    trainer = trl.RewardTrainer(model=model, args=trainer_arguments(config, out, ["none"]),  # via metrics_logger
                                 train_dataset=datasets.Dataset.from_list(train_rows), processing_class=tokenizer,
                                 peft_config=peft_config_for(config),
-                                callbacks=[health, *log_callbacks, *(callbacks or [])])
+                                callbacks=[health, MetricsCallback(metrics_logger, "reward_model"),
+                                           *(callbacks or [])])
     n_train, n_total = count_parameters(trainer.model)
     log(f"reward model: {len(train_rows)} training pairs ({'conversational' if conversational else 'text'}), "
         f"{len(heldout_rows)} held out; {'full fine-tuning' if config.full else f'LoRA r={config.lora_r}'}, "
         f"trainable {n_train:,} of {n_total:,}; held-out pairwise accuracy before training "
         f"{before.get('pairwise_accuracy', float('nan')):.1%}")
-    train_out = trainer.train(resume_from_checkpoint=checkpoint)
+    try:
+        train_out = trainer.train(resume_from_checkpoint=checkpoint)
+    finally:
+        metrics_logger.close()
 
     # --- save: adapter (LoRA), merged reward model --------------------------------------------------------------
     policy = trainer.model
@@ -309,7 +313,6 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
         "wall_time_s": round(time.time() - start, 1),
     }
     write_json(out / "metrics.json", metrics)
-    write_json(out / "log_history.json", history)
     acc = metrics["eval/pairwise_accuracy"]
     log(f"reward model done in {metrics['wall_time_s']} s, step {metrics['global_step']}: held-out pairwise "
         f"accuracy {'n/a' if acc is None else f'{acc:.1%}'} on {len(heldout_rows)} pairs; model in {model_dir}")

@@ -106,6 +106,8 @@ def make_rloo_rollout_trainer_class():
     from trl import GRPOTrainer
     from trl.models.utils import disable_gradient_checkpointing
 
+    from agentic_rl.train.monitoring import trl_generation_log
+
     class RLOORolloutTrainer(GRPOTrainer):
         """GRPOTrainer's generation and rollouts, RLOOTrainer's advantage and loss (see the factory's docstring)."""
 
@@ -151,7 +153,7 @@ def make_rloo_rollout_trainer_class():
                 self._metrics[mode]["kl"].append((stats[0] / stats[1].clamp(min=1.0)).item())
             advantages = centred * g / (g - 1) if g > 1 else torch.zeros_like(centred)
             # TRL's completion log holds GRPO's advantages of this batch: replace them with the ones trained on.
-            logged = self._logs["advantages"]
+            logged = trl_generation_log(self)["advantages"]
             for _ in range(min(len(advantages), len(logged))):
                 logged.pop()
             logged.extend(advantages.tolist())

@@ -13,11 +13,11 @@ Algorithm:
 3. Model: any causal LM (``models.load_model_and_tokenizer``). LoRA (rank ``lora_r``, scale ``lora_alpha``/r,
    dropout, on q/k/v/o projections, optionally the MLP's gate/up/down) unless ``full`` is set.
 4. Optimisation: AdamW, linear warm-up over the first ``warmup_ratio`` of the steps, then linear decay to 0 (the
-   Hello-Agents book's schedule). Loss, gradient norm and learning rate go to TensorBoard (``<run>/tensorboard``)
-   or wandb; the health rules of ``train.monitoring`` print live warnings.
+   Hello-Agents book's schedule). Loss, gradient norm and learning rate go to ``metrics.jsonl``
+   (``train/loss``, ``sft/mean_token_accuracy``, ...) and TensorBoard (``<run>/tensorboard``) or wandb; the health rules of ``train.monitoring`` print live warnings.
 5. Output in the run directory: ``checkpoints/`` (for ``--resume``), ``adapter/`` (LoRA weights + tokenizer),
    ``merged/`` (``merge_and_unload``: a plain model directory later stages and export start from), ``config.yaml``,
-   ``metrics.json`` and ``log_history.json``, and the marker ``.agentic-rl-run`` with the settings ``--resume`` checks
+   ``metrics.json`` (final numbers) and ``metrics.jsonl`` (every logged step), and the marker ``.agentic-rl-run`` with the settings ``--resume`` checks
    (a finished run is replaced only with ``--overwrite``); a LoRA adapter records its base in ``base_fingerprint.json``.
 
 In an environment (``--environment``, :class:`agentic_rl.agent.settings.EnvironmentSettings`) the rows become
@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import (SEED_RANGE, check_range, check_retired_value, format_config, report_to_list,
-                               save_config, setting)
+from agentic_rl.config import (SEED_RANGE, check_range, check_retired_value, config_to_dict, format_config,
+                               report_to_list, save_config, setting)
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
@@ -50,7 +50,9 @@ from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, warn, write_
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
-SFT_OUTPUTS = ("checkpoints", "adapter", "merged", "metrics.json", "log_history.json", "tensorboard")
+#: What a run writes (``log_history.json``: what earlier versions wrote instead of ``metrics.jsonl``).
+SFT_OUTPUTS = ("checkpoints", "adapter", "merged", "metrics.json", "metrics.jsonl", "log_history.json",
+               "tensorboard")
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
 #: Rows the synthetic task generates for SFT when max_train_samples is unset.
 SYNTHETIC_TRAIN_ROWS = 5000
@@ -396,7 +398,7 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     import trl
 
     from agentic_rl.models.loading import count_parameters
-    from agentic_rl.train.monitoring import HealthCallback, logging_callbacks, resolve_report_to
+    from agentic_rl.train.monitoring import HealthCallback, MetricsCallback, MetricsLogger, resolve_report_to
 
     start = time.time()
     out = stage_path(config.output_dir, "sft")
@@ -420,12 +422,12 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     # Only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded.
     claim_stage_dir(out, config, stage="sft", stale=SFT_OUTPUTS, resuming=resume_from is not None)
     save_config(config, out / "config.yaml")
-    report_rest, log_callbacks = logging_callbacks(report, out)
+    metrics_logger = MetricsLogger(out, report, config=config_to_dict(config), resume=resume_from is not None)
     n_train, n_total = count_parameters(model)
-    args = trainer_arguments(config, out, report_rest, n_total)
+    args = trainer_arguments(config, out, ["none"], n_total)  # metrics go through metrics_logger
     health = HealthCallback()
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                             callbacks=[health, *log_callbacks, *(callbacks or [])])
+                             callbacks=[health, MetricsCallback(metrics_logger, "sft"), *(callbacks or [])])
     steps = trainer.args.max_steps if trainer.args.max_steps > 0 else None
     device = next(model.parameters()).device
     log(f"sft resolved: {'full fine-tuning' if config.full else f'LoRA r={config.lora_r} alpha={config.lora_alpha} on ' + ','.join(config.target_modules)}; "
@@ -436,7 +438,10 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         f"{'steps ' + str(steps) if steps else f'epochs {config.epochs:g}'}, lr {config.learning_rate:g} "
         f"({config.lr_scheduler_type}, warm-up {config.warmup_ratio:.0%})")
 
-    train_out = trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        train_out = trainer.train(resume_from_checkpoint=resume_from)
+    finally:
+        metrics_logger.close()
 
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     metrics: dict[str, Any] = {
@@ -453,7 +458,6 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     paths = save_outputs(trainer, tokenizer, out, full=config.full, merge=config.merge)
     metrics["wall_time_s"] = round(time.time() - start, 1)
     write_json(out / "metrics.json", metrics)
-    write_json(out / "log_history.json", trainer.state.log_history)
     log(f"sft done in {metrics['wall_time_s']} s, step {metrics['global_step']}: loss "
         f"{metrics['train/first_loss']} -> {metrics['train/last_loss']}; adapter {paths['adapter_dir']}, "
         f"merged {paths['merged_dir']}")
