@@ -8,7 +8,7 @@ EXTRAS ?= test,wandb,hello-agents
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: quickstart test test-all install clean
+.PHONY: quickstart test install clean
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,12 +20,11 @@ install: $(STAMP)
 quickstart: $(STAMP)
 	$(VENV)/bin/agentic-rl quickstart $(ARGS)
 
-# Test tiers (pyproject.toml): `make test` runs unit + stage tests, `make test-all` adds the slow tier (what CI runs).
+# Test tiers (pyproject.toml markers): `make test` runs unit + stage tests; `make test TIERS="unit or stage or slow"`
+# runs every tier (what CI runs).
+TIERS ?= unit or stage
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
-
-test-all: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "$(TIERS)" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
