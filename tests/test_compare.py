@@ -78,8 +78,19 @@ def test_compare_refuses_stages_scored_on_different_problems(tmp_path):
     _write_eval(tmp_path, "sft_continued", {"a": [True], "c": [False]})
     with pytest.raises(DataError, match="different problems"):
         compare_runs([tmp_path], "grpo", "sft_continued", samples=200)
-    with pytest.raises(DataError, match="not found"):
-        per_problem_accuracy(tmp_path / "eval" / "nothing" / "predictions.jsonl")
+    with pytest.raises(DataError, match="no predictions.jsonl or episodes_with_tools.jsonl found"):
+        per_problem_accuracy(tmp_path / "eval" / "nothing")
+
+
+def test_compare_reads_environment_episodes(tmp_path):
+    """A stage evaluated in an environment writes greedy episodes (``correct`` per episode), not predictions."""
+    for stage, outcomes in (("grpo", [True, True, False, True]), ("sft", [True, False, False, False])):
+        folder = tmp_path / "eval" / stage
+        folder.mkdir(parents=True)
+        (folder / "episodes_with_tools.jsonl").write_text("".join(
+            json.dumps({"question": f"q{i}", "correct": ok, "tool_calls": 1}) + "\n" for i, ok in enumerate(outcomes)))
+    row = compare_runs([tmp_path], "grpo", "sft", samples=200)["modes"]["greedy"]["rows"][0]
+    assert (row["treatment"], row["control"], row["only_treatment"], row["only_control"]) == (0.75, 0.25, 2, 0)
 
 
 def test_compare_command_writes_table_plot_and_json(tmp_path, capsys):

@@ -33,7 +33,8 @@ class CompareConfig:
 
     runs: list[str] = setting([], "pipeline/quickstart run directories, one per seed (each holds eval/<stage>/)",
                               positional=True)
-    treatment: str = setting("grpo", "the stage under test (its eval/<stage>/predictions.jsonl is read)")
+    treatment: str = setting("grpo", "the stage under test (its eval/<stage>/predictions.jsonl is read, or "
+                                     "episodes_with_tools.jsonl for a stage evaluated in an environment)")
     control: str = setting("sft_continued", "the compute-matched control stage")
     bootstrap_samples: int = setting(10000, "bootstrap resamples for the 95-percent intervals")
     seed: int = setting(0, "seed of the bootstrap resampling")
@@ -104,26 +105,35 @@ def bootstrap_mean_difference(diffs_by_run: list[list[float]], *, samples: int =
 # Reading stage predictions
 # ---------------------------------------------------------------------------------------------------------------
 
-def per_problem_accuracy(predictions: Path) -> dict[str, float]:
-    """question -> share of its completions that are correct (strict), from an evaluation's predictions.jsonl."""
+#: What an evaluated stage folder holds, and each row's per-problem outcome: single-turn predictions, or (a stage
+#: evaluated in an environment) the greedy episodes with tools.
+STAGE_OUTCOMES = (("predictions.jsonl", "correct_strict"), ("episodes_with_tools.jsonl", "correct"))
+
+
+def per_problem_accuracy(stage_dir: Path) -> dict[str, float]:
+    """question -> share of its completions (or episodes) that are correct, from an evaluated stage folder
+    (``eval/<stage>/``: ``predictions.jsonl``, or ``episodes_with_tools.jsonl`` for an environment)."""
     from agentic_rl.utils import iter_jsonl
 
-    if not predictions.is_file():
-        raise DataError(f"{predictions}: not found (was this stage evaluated? run the pipeline with the stage on)")
+    found = [(stage_dir / name, key) for name, key in STAGE_OUTCOMES if (stage_dir / name).is_file()]
+    if not found:
+        raise DataError(f"{stage_dir}: no {' or '.join(name for name, _ in STAGE_OUTCOMES)} found (was this stage "
+                        "evaluated? run the pipeline with the stage on)")
+    path, key = found[0]
     totals: dict[str, list[int]] = {}
-    for n, row in iter_jsonl(predictions):
-        if "question" not in row or "correct_strict" not in row:
-            raise DataError(f"{predictions} line {n}: needs 'question' and 'correct_strict' (an evaluation output)")
+    for n, row in iter_jsonl(path):
+        if "question" not in row or key not in row:
+            raise DataError(f"{path} line {n}: needs 'question' and '{key}' (an evaluation output)")
         hits = totals.setdefault(str(row["question"]), [0, 0])
-        hits[0] += bool(row["correct_strict"])
+        hits[0] += bool(row[key])
         hits[1] += 1
     return {q: c / n for q, (c, n) in totals.items()}
 
 
 def paired_scores(run: Path, treatment: str, control: str, suffix: str = "") -> tuple[list[float], list[float]]:
     """Per-problem scores of both stages on the problems both were evaluated on, in one order."""
-    a = per_problem_accuracy(run / "eval" / f"{treatment}{suffix}" / "predictions.jsonl")
-    b = per_problem_accuracy(run / "eval" / f"{control}{suffix}" / "predictions.jsonl")
+    a = per_problem_accuracy(run / "eval" / f"{treatment}{suffix}")
+    b = per_problem_accuracy(run / "eval" / f"{control}{suffix}")
     shared = sorted(set(a) & set(b))
     if len(shared) < len(a) or len(shared) < len(b):
         raise DataError(f"{run}: {treatment} and {control} were evaluated on different problems "
