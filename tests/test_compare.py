@@ -10,7 +10,7 @@ import pytest
 from agentic_rl.cli import main
 from agentic_rl.errors import DataError
 from agentic_rl.eval.compare import (bootstrap_mean_difference, compare_runs, mcnemar_exact, per_problem_accuracy,
-                                     wilson_interval)
+                                     render_markdown, wilson_interval)
 
 
 def test_wilson_interval_matches_the_closed_form():
@@ -91,6 +91,8 @@ def test_compare_reads_environment_episodes(tmp_path):
             json.dumps({"question": f"q{i}", "correct": ok, "tool_calls": 1}) + "\n" for i, ok in enumerate(outcomes)))
     row = compare_runs([tmp_path], "grpo", "sft", samples=200)["modes"]["greedy"]["rows"][0]
     assert (row["treatment"], row["control"], row["only_treatment"], row["only_control"]) == (0.75, 0.25, 2, 0)
+    # the SFT start is a control, not a compute-matched one: the table must not claim it is
+    assert render_markdown(compare_runs([tmp_path], "grpo", "sft", samples=200)).startswith("# grpo vs sft (control)")
 
 
 def test_compare_command_writes_table_plot_and_json(tmp_path, capsys):

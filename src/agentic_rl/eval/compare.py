@@ -180,7 +180,8 @@ def _pct(x: float) -> str:
 
 def render_markdown(result: dict[str, Any]) -> str:
     t, c = result["treatment"], result["control"]
-    lines = [f"# {t} vs {c} (compute-matched control)", ""]
+    kind = "compute-matched control" if c == "sft_continued" else "control"  # only sft_continued is budget-matched
+    lines = [f"# {t} vs {c} ({kind})", ""]
     for mode, block in result["modes"].items():
         title = "greedy accuracy" if mode == "greedy" else "sampled pass@1"
         lines += [f"## {title}", "", f"| run | problems | {c} | {t} | difference (points) |"
