@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from agentic_rl.cli import main
 from agentic_rl.config import save_config
@@ -139,6 +140,27 @@ def test_a_typo_in_a_stage_section_fails_before_any_training(tmp_path):
     text = path.read_text().replace("learning_rate:", "lerning_rate:", 1)
     path.write_text(text)
     with pytest.raises(ConfigError, match="lerning_rate"):
+        run_pipeline(load_pipeline_config(path, {"output_dir": str(tmp_path / "run")}))
+    assert not (tmp_path / "run" / "pretrain").exists()
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("learning_rate", "fast", r"learning_rate"),                 # wrong type
+    ("warmup_ratio", 2.0, r"warmup_ratio"),                      # out of range
+    ("lr_scheduler_type", "sometimes", r"lr_scheduler_type"),    # not one of the choices
+])
+def test_a_bad_value_in_the_last_stage_fails_before_the_first_stage_runs(tmp_path, key, value, message):
+    """Issue #18: a pipeline YAML is checked in full (types, ranges, cross-field rules of every stage section)
+    before pretraining starts, not when the run reaches that section."""
+    config = load_pipeline_config(preset_path("quickstart-smoke"))
+    path = tmp_path / "p.yaml"
+    save_config(config, path)
+    data = yaml.safe_load(path.read_text())
+    # sft_continued is the last training stage (only export follows); pretraining is the first
+    assert data["stages"][-2:] == ["sft_continued", "export"] and data["stages"][0] == "pretrain"
+    data["sft_continued"][key] = value
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=message):
         run_pipeline(load_pipeline_config(path, {"output_dir": str(tmp_path / "run")}))
     assert not (tmp_path / "run" / "pretrain").exists()
 
