@@ -29,8 +29,8 @@ def test_pretraining_and_sft_log_namespaced_metrics_to_metrics_jsonl(tiny_model_
     pretrain.run(pretrain.PretrainConfig(output_dir=str(tmp_path / "pretrain"), corpus_lines=300, exclude_test=20,
                                          model_preset="micro", vocab_size=300, seq_length=32, max_steps=2,
                                          batch_size=4, logging_steps=1, report_to="none"))
-    sft.run(sft.SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path / "sft"), max_steps=2, max_samples=16,
-                          synthetic_train_size=100, synthetic_test_size=10, batch_size=4, logging_steps=1,
+    sft.run(sft.SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path / "sft"), max_steps=2,
+                          max_train_samples=16, synthetic_test_size=10, batch_size=4, logging_steps=1,
                           report_to="none", max_length=128))
     for stage in ("pretrain", "sft"):
         rows = _logged(tmp_path / stage)
