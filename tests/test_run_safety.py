@@ -214,6 +214,22 @@ def test_a_misspelt_reward_leaves_a_finished_grpo_run_byte_identical(finished_gr
     assert _snapshot(finished_grpo) == before
 
 
+def test_a_missing_logging_package_leaves_a_finished_grpo_run_byte_identical(finished_grpo, tiny_model_dir,
+                                                                            monkeypatch):
+    """report_to is checked (is the package installed?) before --overwrite removes the earlier run's outputs."""
+    from agentic_rl.train import monitoring
+    from agentic_rl.train.grpo import run
+
+    def missing(report_to, run_dir):
+        raise ConfigError("report_to wandb needs the wandb package: pip install 'agentic-rl[wandb]'")
+
+    monkeypatch.setattr(monitoring, "resolve_report_to", missing)
+    before = _snapshot(finished_grpo)
+    with pytest.raises(ConfigError, match="needs the wandb package"):
+        run(_grpo_config(tiny_model_dir, finished_grpo, report_to=["wandb"], overwrite=True))
+    assert _snapshot(finished_grpo) == before
+
+
 def test_resume_with_other_settings_is_refused_and_names_them(finished_grpo, tiny_model_dir, capsys):
     from agentic_rl.train.grpo import run
 

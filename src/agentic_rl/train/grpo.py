@@ -897,6 +897,10 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     if config.select_samples:
         train, selection = select_training_prompts(model, tokenizer, train, config)
 
+    from agentic_rl.train.monitoring import MetricsLogger, resolve_report_to
+
+    backends = resolve_report_to(list(config.report_to), out)  # checks the packages; wandb offline without a key
+
     # --- only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded
     # (an earlier run's base/ may come from another adapter, its best/ from other settings)
     claim_stage_dir(out, config, stage="grpo", stale=GRPO_OUTPUTS, resuming=checkpoint is not None)
@@ -913,9 +917,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     # --- trainer ---------------------------------------------------------------------------------------------------
     from agentic_rl.models.loading import count_parameters
     from agentic_rl.train.signal import make_signal_trainer_class
-    from agentic_rl.train.monitoring import MetricsLogger, resolve_report_to
 
-    backends = resolve_report_to(list(config.report_to), out)  # checks the packages; wandb offline without a key
     logger = MetricsLogger(out, backends, config=config_to_dict(config), resume=checkpoint is not None)
     rules = health_monitor(config, environment=env_factory is not None)
     monitor = make_monitor(config, out, logger, rules, heldout, tokenizer, env_factory,

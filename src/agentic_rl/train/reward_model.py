@@ -255,10 +255,10 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     train_rows, heldout_rows = split_pairs(rows, config)
     set_seed(config.seed)
     model, tokenizer = load_reward_base(config, conversational=conversational)
+    report = resolve_report_to(config.report_to, out)  # checks the packages before anything is removed
 
     claim_stage_dir(out, config, stage="reward-model", stale=REWARD_MODEL_OUTPUTS, resuming=checkpoint is not None)
     save_config(config, out / "config.yaml")
-    report = resolve_report_to(config.report_to, out)
     metrics_logger = MetricsLogger(out, report, config=config_to_dict(config), resume=checkpoint is not None)
 
     before = pairwise_accuracy(model.eval(), tokenizer, heldout_rows, batch_size=config.score_batch_size)
