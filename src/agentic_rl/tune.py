@@ -689,7 +689,7 @@ def _stage_system_prompt(stage_cfg: Any) -> str | None:
     if getattr(stage_cfg, "environment", None) is not None:
         from agentic_rl.agent.settings import build_environment, environment_system_prompt
 
-        return environment_system_prompt(stage_cfg.system_prompt, build_environment(stage_cfg)())
+        return environment_system_prompt(stage_cfg.system_prompt, build_environment(stage_cfg).example)
     return resolve_system_prompt(getattr(stage_cfg, "system_prompt", None))
 
 

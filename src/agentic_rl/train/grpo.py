@@ -496,7 +496,7 @@ def validation_rows(config: GRPOConfig) -> list[dict[str, Any]]:
     if config.environment is not None:
         from agentic_rl.agent.settings import build_environment
 
-        env = build_environment(config)()
+        env = build_environment(config).example  # the instance the factory built to check the settings
     return load_data(config, env)[1] or []
 
 

@@ -204,7 +204,7 @@ def validation_rows(config: SFTConfig) -> list[dict[str, Any]]:
     if config.environment is not None:
         from agentic_rl.agent.settings import build_environment, environment_system_prompt
 
-        system_prompt = environment_system_prompt(config.system_prompt, build_environment(config)())
+        system_prompt = environment_system_prompt(config.system_prompt, build_environment(config).example)
     else:
         from agentic_rl.data.formats import resolve_system_prompt
 
