@@ -46,6 +46,25 @@ def test_digits_are_single_tokens_and_specials_exist(tokenizer):
         train_tokenizer(["1 + 1 = 2"], vocab_size=100)
 
 
+def test_tool_use_corpus_makes_a_calculator_episode_few_tokens():
+    """With ``tool_use`` (the agentic preset's tokenizer) the call wrapper, role names and agent system prompt are
+    frequent enough to be merged: an episode is far shorter, numbers stay one token per digit."""
+    from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT
+    from agentic_rl.agent.tool_format import render_tool_call
+
+    call = render_tool_call("calculator", {"expression": "1482+32"})
+    episode = [{"role": "system", "content": AGENT_SYSTEM_PROMPT}, {"role": "user", "content": "What is 26*57+32?"},
+               {"role": "assistant", "content": call}, {"role": "tool", "content": "1514", "name": "calculator"}]
+    lengths = {}
+    for tool_use in (False, True):
+        tok = train_tokenizer(default_tokenizer_corpus(2000, seed=3, tool_use=tool_use), vocab_size=1024)
+        text = tok.apply_chat_template(episode, tokenize=False, add_generation_prompt=True)
+        lengths[tool_use] = (len(tok.tokenize(call)), len(tok.tokenize(text)))
+        assert [t for t in tok.tokenize(call) if t.isdigit()] == list("148232")
+    assert lengths[True][0] == 25  # <tool_call> \n {" name ": Ġ" calculator ", ... 6 digits, +, "}} \n </tool_call>
+    assert lengths[True][0] < 0.8 * lengths[False][0] and lengths[True][1] < 0.8 * lengths[False][1]
+
+
 def test_chat_template_has_qwen3_shape(tokenizer):
     text = tokenizer.apply_chat_template(TOOL_CHAT, tokenize=False, enable_thinking=False)
     assert text.startswith("<|im_start|>system\nUse tools.<|im_end|>\n<|im_start|>user\nWhat is 6 * 7?<|im_end|>\n")

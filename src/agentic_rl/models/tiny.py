@@ -17,6 +17,7 @@ Public pieces:
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Iterable
 
@@ -303,9 +304,13 @@ def save_model_dir(model, tokenizer, path: str | Path) -> Path:
     return path
 
 
-def default_tokenizer_corpus(n_lines: int = 3000, seed: int = 0, *, exclude=()) -> list[str]:
+def default_tokenizer_corpus(n_lines: int = 3000, seed: int = 0, *, exclude=(), tool_use: bool = False) -> list[str]:
     """Text for training the embedded tokenizer: arithmetic lines, synthetic questions and their solutions in the
     answer format, and the system prompt (so the chat scaffolding and ``Final Answer:`` become few tokens).
+
+    ``tool_use`` also adds the agent system prompt and calculator calls as the model writes them, as often as the
+    system prompt: BPE merges only what is frequent, so without them a call's JSON wrapper stays ~48 byte-level
+    tokens (a two-call episode ~200 tokens, longer than the pretraining blocks) instead of ~10.
 
     Uses the data layer's generators.
     """
@@ -313,7 +318,17 @@ def default_tokenizer_corpus(n_lines: int = 3000, seed: int = 0, *, exclude=()) 
     from agentic_rl.data.gsm8k import parse_gsm8k_answer
     from agentic_rl.data.synthetic import arithmetic_corpus, generate_synthetic
 
-    lines: list[str] = [SYSTEM_PROMPT] * max(20, n_lines // 50)
+    copies = max(20, n_lines // 50)
+    lines: list[str] = [SYSTEM_PROMPT] * copies
+    if tool_use:
+        from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT
+        from agentic_rl.agent.tool_format import render_tool_call
+
+        rng = random.Random(f"agentic-rl-tool-scaffold:{seed}")
+        calls = max(100, n_lines // 4)  # as frequent as the corpus's common words, or their pairs win the merges
+        lines += [AGENT_SYSTEM_PROMPT, "system\n", "user\n", "assistant\n"] * calls  # roles start every turn
+        lines += [render_tool_call("calculator", {"expression": f"{rng.randint(2, 99)}{rng.choice('+-*')}"
+                                                                f"{rng.randint(2, 99)}"}) for _ in range(calls)]
     lines += list(arithmetic_corpus(n_lines, seed, exclude=exclude))
     for row in generate_synthetic(max(n_lines // 4, 50), seed=seed + 99, exclude=exclude):
         lines.append(row["question"] + "\n" + parse_gsm8k_answer(row["answer"])["solution_text"])

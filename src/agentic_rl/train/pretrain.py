@@ -217,7 +217,8 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
     else:
         # the tokenizer also sees the system prompt and formatted solutions, so that those become few tokens
-        extra = default_tokenizer_corpus(max(config.corpus_lines // 4, 500), seed=config.seed + 1)
+        extra = default_tokenizer_corpus(max(config.corpus_lines // 4, 500), seed=config.seed + 1,
+                                         tool_use=config.corpus == "arithmetic+copy")
         tokenizer = train_tokenizer(lines + extra, vocab_size=config.vocab_size)
     blocks = pack_blocks(lines, tokenizer, config.seq_length)
     rng = random.Random(config.seed)
