@@ -31,7 +31,7 @@ from typing import Any
 from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, save_config,
                                setting)
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
 
 #: Pretraining corpora (``PretrainConfig.corpus``).
@@ -39,7 +39,7 @@ CORPORA = ("arithmetic", "arithmetic+copy")
 
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 #: What a run writes (``log_history.json``: what earlier versions wrote instead of ``metrics.jsonl``).
-PRETRAIN_OUTPUTS = ("checkpoints", "tokenizer", "model", "metrics.json", "metrics.jsonl", "log_history.json",
+PRETRAIN_OUTPUTS = ("checkpoints", "tokenizer", MODEL_FOLDER, "metrics.json", "metrics.jsonl", "log_history.json",
                     "tensorboard")
 
 
@@ -295,7 +295,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         metrics_logger.close()
     metrics["eval/arithmetic_accuracy"] = arithmetic_probe(trainer.model, tokenizer)
     metrics["health_warnings"] = health.monitor.warnings
-    model_dir = save_model_dir(trainer.model, tokenizer, out / "model")
+    model_dir = save_model_dir(trainer.model, tokenizer, out / MODEL_FOLDER)
     metrics["wall_time_s"] = round(time.time() - start, 1)
     write_json(out / "metrics.json", metrics)
     log(f"pretrain done in {metrics['wall_time_s']} s: loss {metrics['train/loss']:.3f}, "
