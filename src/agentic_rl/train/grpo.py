@@ -113,6 +113,7 @@ from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import (SEED_RANGE, check_range, check_retired_value, config_to_dict, format_config,
                                report_to_list, save_config, setting)
 from agentic_rl.errors import ConfigError
+from agentic_rl.eval.validation import SYNTHETIC_TRAIN_ROWS_AFTER_CARVING
 from agentic_rl.models.fingerprint import weights_fingerprint, write_base_fingerprint
 from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.train.signal import check_signal_settings
@@ -165,7 +166,8 @@ class GRPOConfig(EnvironmentSettings):
     dataset: str = setting("synthetic", "prompts with ground truth: 'synthetic', a hub id, or a local file/folder")
     split: str = setting("train", "dataset split used for training prompts")
     max_train_samples: int | None = setting(None, "use at most this many training prompts (default: all; the "
-                                            "synthetic task generates this many, default 2000)")
+                                            f"synthetic task generates this many, default "
+                                            f"{SYNTHETIC_TRAIN_ROWS_AFTER_CARVING})")
     synthetic_seed: int = setting(0, "seed of the synthetic task (same for all stages)")
     question_field: str | None = setting(None, "custom datasets: column holding the question")
     answer_field: str | None = setting(None, "custom datasets: column holding the reference solution")

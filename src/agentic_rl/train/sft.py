@@ -55,8 +55,9 @@ ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 SFT_OUTPUTS = ("checkpoints", "adapter", MODEL_FOLDER, "metrics.json", "metrics.jsonl", "log_history.json",
                "tensorboard")
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
-#: Rows the synthetic task generates for SFT when max_train_samples is unset.
-SYNTHETIC_TRAIN_ROWS = 5000
+#: SFT's training-set size on the synthetic task when max_train_samples is unset (GRPO's is another:
+#: :data:`agentic_rl.eval.validation.SYNTHETIC_TRAIN_ROWS_AFTER_CARVING`).
+SFT_SYNTHETIC_TRAIN_ROWS = 5000
 
 
 @dataclass
@@ -73,7 +74,7 @@ class SFTConfig(EnvironmentSettings):
                                              "final '#### N' or number)")
     ground_truth_field: str | None = setting(None, "custom datasets: column holding the final answer")
     max_train_samples: int | None = setting(None, "use at most N training rows (random, seed); the synthetic task "
-                                            f"generates this many (default {SYNTHETIC_TRAIN_ROWS})")
+                                            f"generates this many (default {SFT_SYNTHETIC_TRAIN_ROWS})")
     eval_samples: int = setting(0, "held-out problems carved out of the training split (seeded) as a validation "
                                    "slice, never trained on; tune scores its trials on them (0 = none)")
     synthetic_test_size: int = setting(SYNTHETIC_TEST_SIZE, "rows in the synthetic test split (kept out of training; "
@@ -185,7 +186,7 @@ def _task_rows_and_validation(config: SFTConfig):
     options = dict(question_field=config.question_field, answer_field=config.answer_field,
                    ground_truth_field=config.ground_truth_field, synthetic_seed=config.synthetic_seed,
                    synthetic_test_size=config.synthetic_test_size)
-    synthetic_rows = config.max_train_samples or SYNTHETIC_TRAIN_ROWS
+    synthetic_rows = config.max_train_samples or SFT_SYNTHETIC_TRAIN_ROWS
     if not config.eval_samples:
         return load_task_dataset(config.dataset, config.split, max_samples=config.max_train_samples, seed=config.seed,
                                  synthetic_train_size=synthetic_rows, **options), []
