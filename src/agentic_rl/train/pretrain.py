@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, save_config,
@@ -99,6 +99,10 @@ class PretrainConfig:
         check_range(self, "vocab_size", 256 + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS) + 1)  # bytes + chat/tool tokens
         check_range(self, ("learning_rate", "epochs"), 0, low_open=True)
         check_range(self, ("warmup_ratio", "copy_fraction"), 0, 1)
+        defaults = {f.name: f.default for f in fields(PretrainConfig)}
+        if self.corpus != "arithmetic+copy" and self.copy_fraction != defaults["copy_fraction"]:  # would be ignored
+            raise ConfigError("copy_fraction applies to corpus 'arithmetic+copy' only: set corpus (--corpus "
+                              "arithmetic+copy) or drop copy_fraction")
         check_range(self, "weight_decay", 0)
         check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
 
