@@ -19,9 +19,10 @@ Everything lands in one run directory::
 Re-running skips stages whose ``<stage>/stage.json`` marker exists and records the same settings; a stage made with
 other settings (another seed, other steps) is an error, never silently reused or deleted: use a new ``--name`` or
 ``--fresh``. A stage folder an earlier version wrote, with its model in ``merged/`` (now ``model/``), is an error
-that says to rename it, before anything runs; once renamed, the run is reused as before. A stage that was interrupted (checkpoints, no ``stage.json``) resumes from its last complete checkpoint
-when its settings match. ``--fresh`` deletes the run directory and starts over, only once the whole configuration
-has been validated, and only a directory this project created as a run directory (see ``agentic_rl.runs``).
+that says to rename it, before anything runs; once renamed, the run is reused as before. A stage that was
+interrupted (checkpoints, no ``stage.json``) resumes from its last complete checkpoint when its settings match.
+``--fresh`` deletes the run directory and starts over, only once the whole configuration has been validated, and only
+a directory this project created as a run directory (see ``agentic_rl.runs``).
 """
 
 from __future__ import annotations

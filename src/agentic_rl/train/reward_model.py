@@ -21,8 +21,9 @@ Algorithm (the Bradley-Terry reward model of InstructGPT, as TRL 1.16 implements
    ``metrics.json``, ``metrics.jsonl`` (every logged step), ``checkpoints/`` (for ``--resume``); a finished run is replaced only with
    ``--overwrite`` (``agentic_rl.runs``).
 
-Use it as a GRPO reward: ``agentic-rl grpo --model runs/sft/model --reward 'reward_model(path=runs/reward-model/model)'``
-(or ``--reward rm:runs/reward-model/model``).
+Use it as a GRPO reward:
+``agentic-rl grpo --model runs/sft/model --reward 'reward_model(path=runs/reward-model/model)'`` (or
+``--reward rm:runs/reward-model/model``).
 
 Run: ``agentic-rl reward-model --model runs/sft/model --dataset runs/preferences/pairs.jsonl``
 """
