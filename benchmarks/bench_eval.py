@@ -2,7 +2,7 @@
 
 Same model, same problems, same greedy settings, one process: each method renders the prompts with the model's own
 system prompt (read from the config.yaml of the run that produced the model, e.g. ``runs/quickstart/sft/config.yaml``
-for ``runs/quickstart/sft/merged``), generates ``max_new_tokens`` at most, and is scored with the same ``is_correct``.
+for ``runs/quickstart/sft/model``), generates ``max_new_tokens`` at most, and is scored with the same ``is_correct``.
 
 * ``naive``: :func:`agentic_rl.eval.generate_one_by_one`, one ``model.generate`` call per prompt (what the reference
   system did).
@@ -21,8 +21,8 @@ path's completions differ from the naive loop's.
 
 Run it::
 
-    python benchmarks/bench_eval.py --model runs/quickstart/sft/merged --samples 200
-    python benchmarks/bench_eval.py --model runs/quickstart/sft/merged --samples 500 --repeats 3 --also continuous,static
+    python benchmarks/bench_eval.py --model runs/quickstart/sft/model --samples 200
+    python benchmarks/bench_eval.py --model runs/quickstart/sft/model --samples 500 --repeats 3 --also continuous,static
 
 Goal (issue 19): the default path >= 10x the naive loop and >= 2x the padded batches, identical greedy completions.
 """
@@ -47,7 +47,9 @@ def pick_model(arg: str | None, preset: str, scratch: str) -> tuple[str, str]:
     """(model dir, how it was chosen): --model, else the newest trained model under runs/, else a fresh tiny one."""
     if arg:
         return arg, "given"
-    candidates = sorted(Path("runs").glob("**/merged/config.json"), key=lambda p: p.stat().st_mtime)
+    from agentic_rl.runs import MODEL_FOLDER
+
+    candidates = sorted(Path("runs").glob(f"**/{MODEL_FOLDER}/config.json"), key=lambda p: p.stat().st_mtime)
     if candidates:
         return str(candidates[-1].parent), "newest trained model under runs/"
     from agentic_rl.models.tiny import build_tiny_model, default_tokenizer_corpus, save_model_dir, train_tokenizer
@@ -60,7 +62,7 @@ def pick_model(arg: str | None, preset: str, scratch: str) -> tuple[str, str]:
 
 def run_system_prompt(model_dir: str) -> tuple[str | None, str]:
     """The ``system_prompt`` setting of the run that produced ``model_dir`` and where it was found: the first
-    config.yaml with that key in the model folder or the two above it (``<run>/merged`` -> ``<run>/config.yaml``,
+    config.yaml with that key in the model folder or the two above it (``<run>/model`` -> ``<run>/config.yaml``,
     then the pipeline's). Unset everywhere = the stages' default (the standard instruction)."""
     from agentic_rl.config import read_yaml
 
@@ -116,7 +118,7 @@ def run_method(name: str, model, tokenizer, prompts, max_new_tokens: int, batch_
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="model directory (default: newest runs/**/merged, else a fresh tiny model)")
+    parser.add_argument("--model", help="model directory (default: newest runs/**/model, else a fresh tiny model)")
     parser.add_argument("--preset", default="tiny", help="embedded model preset when no model is found")
     parser.add_argument("--system-prompt", default=argparse.SUPPRESS,
                         help="override the run config's system prompt ('' = none)")

@@ -14,7 +14,7 @@ is the trainer's ``train_runtime / steps`` (generation + rewards + loss + optimi
 and checkpoints off; this process's CPU time over training is reported too (steadier than wall time on a shared
 machine). Prints the median step times of each and the ratios after / before (issue 19's goal: <= 0.75).
 
-    python benchmarks/bench_grpo_step.py --model runs/quickstart/sft/merged --steps 5 --repeats 2
+    python benchmarks/bench_grpo_step.py --model runs/quickstart/sft/model --steps 5 --repeats 2
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def cpu_clock():
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="the GRPO start model (the quickstart's: runs/quickstart/sft/merged)")
+    parser.add_argument("--model", required=True, help="the GRPO start model (the quickstart's: runs/quickstart/sft/model)")
     parser.add_argument("--steps", type=int, default=5, help="GRPO steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="runs per variant (alternating order)")
     parser.add_argument("--also", default="", help="extra variants, comma list of trl-static, trl-continuous")

@@ -11,7 +11,7 @@ off on both sides. CPU time (user + sys of this process) is reported too: on a s
 wall time.
 
     .venv/bin/python benchmarks/bench_grpo_vs_trl.py                      # embedded tiny model, random init
-    .venv/bin/python benchmarks/bench_grpo_vs_trl.py --model runs/quickstart/sft/merged --steps 10 --repeats 3
+    .venv/bin/python benchmarks/bench_grpo_vs_trl.py --model runs/quickstart/sft/model --steps 10 --repeats 3
 
 Goal: ours <= 1.05x bare TRL.
 """
@@ -100,7 +100,9 @@ def run_bare_trl(model_dir: Path, out: Path, s: dict) -> dict:
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, peft_config=lora)
     metrics = trainer.train().metrics
-    trainer.model.merge_and_unload().save_pretrained(out / "merged")
+    from agentic_rl.runs import MODEL_FOLDER
+
+    trainer.model.merge_and_unload().save_pretrained(out / MODEL_FOLDER)  # as our stage saves its model
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     train = metrics["train_runtime"]
     return {"step_s": train / s["max_steps"], "train_s": train, "stage_wall_s": wall, "stage_cpu_s": cpu}

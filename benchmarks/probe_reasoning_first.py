@@ -1,6 +1,6 @@
 """Does a model *know how* to work the steps first, even when it prefers to state the answer first?
 
-    .venv/bin/python benchmarks/probe_reasoning_first.py runs/quickstart/sft/merged runs/quickstart/grpo/merged
+    .venv/bin/python benchmarks/probe_reasoning_first.py runs/quickstart/sft/model runs/quickstart/grpo/model
 
 For each model, greedy held-out accuracy twice on the same problems: as the model decodes, and with the token that
 starts "Final Answer:" forbidden as the first token of the completion (so it must begin with a reasoning step). The

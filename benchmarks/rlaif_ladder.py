@@ -1,7 +1,7 @@
 """The embedded RLAIF ladder: SFT -> preferences -> reward model -> GRPO with the learned reward, beside GRPO with the
 verifiable reward, both evaluated on the same held-out problems. No network.
 
-    .venv/bin/python benchmarks/rlaif_ladder.py --sft-model runs/quickstart/sft/merged --out runs/rlaif-seed0
+    .venv/bin/python benchmarks/rlaif_ladder.py --sft-model runs/quickstart/sft/model --out runs/rlaif-seed0
     .venv/bin/python benchmarks/rlaif_ladder.py --seed 1     # builds its own small SFT model first (MINI_BASE)
 
 Steps (each a stage function, outputs under --out, default ``runs/rlaif-ladder-seed<N>``). Running the same command
@@ -42,7 +42,7 @@ from agentic_rl.data.preferences import run as run_preferences
 from agentic_rl.eval.evaluate import EvalConfig
 from agentic_rl.eval.evaluate import run as run_eval
 from agentic_rl.pipeline import PipelineConfig, run_pipeline
-from agentic_rl.runs import differing_keys, settings_of
+from agentic_rl.runs import MODEL_FOLDER, differing_keys, settings_of
 from agentic_rl.train.grpo import GRPOConfig
 from agentic_rl.train.grpo import run as run_grpo
 from agentic_rl.train.reward_model import RewardModelConfig
@@ -81,7 +81,7 @@ def thirds(values: list[float]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sft-model", help="the SFT model directory (e.g. runs/quickstart/sft/merged); default: "
+    parser.add_argument("--sft-model", help="the SFT model directory (e.g. runs/quickstart/sft/model); default: "
                         "build MINI_BASE into runs/rlaif-base-seed<seed>")
     parser.add_argument("--out", help="output folder (default: runs/rlaif-ladder-seed<seed>)")
     parser.add_argument("--seed", type=int, default=0)
@@ -136,7 +136,7 @@ def main() -> None:
         run_pipeline(config_from_dict(PipelineConfig, {**MINI_BASE, "name": name, "seed": args.seed}))
         timings["base"] = round(time.time() - t, 1)
         free_memory()
-        args.sft_model = str(Path("runs") / name / "sft" / "merged")
+        args.sft_model = str(Path("runs") / name / "sft" / MODEL_FOLDER)
     common = {"seed": args.seed, "system_prompt": args.system_prompt}
     pref = timed("preferences", run_preferences, config_from_dict(PreferencesConfig, dict(
         model=args.sft_model, max_samples=args.prompts, num_samples=args.k, temperature=1.0,

@@ -134,7 +134,7 @@ def test_a_user_environment_in_trls_shape_trains_two_grpo_steps_and_evaluates(ti
         model=str(tiny_model_dir), output_dir=str(tmp_path / "grpo"), environment=spec, max_steps=2,
         num_generations=2, batch_size=4, max_completion_length=24, max_turn_tokens=12, max_train_samples=8,
         heldout_every=2, eval_samples=2, learning_rate=0.05, report_to=["none"], save_steps=10)))
-    assert result["steps"] == 2 and (tmp_path / "grpo" / "merged" / "model.safetensors").is_file()
+    assert result["steps"] == 2 and (tmp_path / "grpo" / "model" / "model.safetensors").is_file()
     rollouts = _rows(tmp_path / "grpo" / "rollouts.jsonl")
     assert len(rollouts) == 2 and {"tool_call_rate", "return"} <= set(rollouts[0])
     summary = evaluate(config_from_dict(EvalConfig, dict(
@@ -255,7 +255,7 @@ def test_the_readme_example_environment_trains_end_to_end(tiny_model_dir, tmp_pa
     for line in commands.replace("\\\n", " ").splitlines():
         argv = line.split()[1:]
         argv = [fewer.get(argv[i - 1], a) if i else a for i, a in enumerate(argv)]
-        argv = [str(tiny_model_dir) if a == "runs/quickstart/sft/merged" else a for a in argv]
+        argv = [str(tiny_model_dir) if a == "runs/quickstart/sft/model" else a for a in argv]
         extra = {"sft": ["--max-train-samples", "16", "--batch-size", "4", "--report-to", "none"],
                  "grpo": ["--max-train-samples", "8", "--batch-size", "4", "--num-generations", "2",
                           "--max-completion-length", "48", "--heldout-every", "0", "--report-to", "none"],

@@ -262,8 +262,9 @@ def test_beta_gives_a_nonzero_kl_and_the_run_writes_its_outputs(grpo_case):
     assert (out / "best" / "adapter_config.json").is_file() and (out / "best" / "best.json").is_file()
     assert (out / "config.yaml").is_file() and list((out / "tensorboard").glob("events.*"))
     assert (out / "adapter" / "adapter_config.json").is_file()
-    merged = AutoModelForCausalLM.from_pretrained(out / "merged")
-    assert merged.config.model_type == "qwen3" and result["steps"] == 2
+    saved = AutoModelForCausalLM.from_pretrained(out / "model")
+    assert not (out / "merged").exists()  # the model folder has one name in every stage
+    assert saved.config.model_type == "qwen3" and result["steps"] == 2
     if cfg.environment is not None:  # episodes: tool statistics in the logs, the held-out checks and rollouts.jsonl
         trained = [r for r in _rows(out / "metrics.jsonl") if "agent/tool_call_rate" in r]
         assert [r["step"] for r in trained] == [1, 2] and all("agent/return" in r for r in trained)
@@ -293,7 +294,7 @@ def test_lora_and_full_fine_tuning_train_different_parameters(grpo_case, tmp_pat
     assert "model.embed_tokens.weight" in full_names and not any("lora" in n for n in full_names)
     assert full["adapter_dir"] is None and full["trainable_parameters"] > lora["trainable_parameters"]
 
-    start, after_lora, after_full = (_weights(start_dir), _weights(lora_out / "merged"),
+    start, after_lora, after_full = (_weights(start_dir), _weights(lora_out / "model"),
                                      _weights(Path(full["model_dir"])))
     q = "model.layers.0.self_attn.q_proj.weight"
     assert not after_lora[q].equal(start[q]) and after_lora["model.embed_tokens.weight"].equal(
@@ -324,7 +325,7 @@ def test_a_qwen3_shaped_model_completes_two_steps(qwen3_shape_dir, tmp_path):
     assert result["steps"] == 2
     rows = [r for r in _rows(tmp_path / "q" / "metrics.jsonl") if "grpo/reward" in r]
     assert [r["step"] for r in rows] == [1, 2] and all("grpo/kl" in r for r in rows)
-    assert (tmp_path / "q" / "merged" / "model.safetensors").is_file()
+    assert (tmp_path / "q" / "model" / "model.safetensors").is_file()
 
 
 def test_use_vllm_without_vllm_is_a_clear_config_error():

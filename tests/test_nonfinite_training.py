@@ -119,7 +119,7 @@ def test_sft_that_diverges_exits_non_zero_keeps_the_good_checkpoint_and_writes_n
     assert checkpoints == ["checkpoint-2"]  # the good one is kept; none was written from the broken weights
     saved = load_file(str(out / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors"))
     assert all(torch.isfinite(t).all() for t in saved.values())
-    assert not (out / "merged").exists() and not (out / "adapter").exists()
+    assert not (out / "model").exists() and not (out / "adapter").exists()
 
 
 REWARDS = '''
@@ -160,7 +160,7 @@ def test_grpo_that_diverges_stops_with_an_error_and_no_merged_model(tiny_model_d
         run(_grpo_config(tiny_model_dir, out, rewards=[f"{reward_module}:half"]), callbacks=[PoisonAtStep(2)])
     assert "checkpoint-1" in str(err.value)
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-1"]
-    assert not (out / "merged").exists() and not (out / "adapter").exists()
+    assert not (out / "model").exists() and not (out / "adapter").exists()
 
 
 def test_grpo_with_a_reward_that_turns_nan_stops_at_once_naming_the_reward(tiny_model_dir, tmp_path, reward_module):
@@ -170,4 +170,4 @@ def test_grpo_with_a_reward_that_turns_nan_stops_at_once_naming_the_reward(tiny_
     with pytest.raises(RewardError, match=rf"^user reward '{reward_module}:nan_in_training' returned nan") as err:
         run(_grpo_config(tiny_model_dir, out, rewards=[f"{reward_module}:nan_in_training"]))
     assert isinstance(err.value, AgenticRLError)
-    assert not (out / "merged").exists()
+    assert not (out / "model").exists()

@@ -24,10 +24,11 @@ def smoke_run(tmp_path_factory):
 def test_smoke_ladder_writes_everything_into_one_run_directory(smoke_run):
     out, summary = smoke_run
     for name in ["config.yaml", "summary.json", "report.md", "training_curves.png", "pretrain/model/config.json",
-                 "sft/merged/config.json", "grpo/merged/config.json", "export/model.safetensors",
+                 "sft/model/config.json", "grpo/model/config.json", "export/model.safetensors",
                  "eval/base/metrics.json", "eval/sft/predictions.jsonl", "eval/grpo/report.md",
                  "sft/config.yaml", "grpo/config.yaml", "grpo/heldout.jsonl"]:
         assert (out / name).exists(), name
+    assert not list(out.rglob("merged"))  # every stage's model is in <stage>/model/, the one name for it
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk["stages"].keys() >= {"pretrain", "base", "sft", "grpo", "export"}
     for stage in ("base", "sft", "grpo"):
@@ -117,8 +118,8 @@ def test_exported_model_loads_with_plain_transformers_and_answers(smoke_run):
     with torch.no_grad():
         generated = model.generate(**ids, max_new_tokens=8, do_sample=False)
     assert generated.shape[1] > ids["input_ids"].shape[1]
-    # The export is the GRPO model: same weights as the stage's merged output.
-    grpo = AutoModelForCausalLM.from_pretrained(out / "grpo" / "merged")
+    # The export is the GRPO model: same weights as the stage's output model.
+    grpo = AutoModelForCausalLM.from_pretrained(out / "grpo" / "model")
     for (name, a), (_, b) in zip(model.state_dict().items(), grpo.state_dict().items()):
         assert torch.equal(a, b), name
 

@@ -58,6 +58,29 @@ def test_copy_corpus_option_adds_copy_lines_and_keeps_both_test_splits_out(monke
         PretrainConfig(corpus="arithmetic+copy", copy_fraction=1.5)
 
 
+def test_copy_fraction_without_the_copy_corpus_is_an_error_not_ignored(tmp_path, capsys):
+    from agentic_rl.cli import main
+    from agentic_rl.pipeline import load_pipeline_config, run_pipeline
+
+    message = ("copy_fraction applies to corpus 'arithmetic+copy' only: set corpus (--corpus arithmetic+copy) or drop "
+               "copy_fraction")
+    with pytest.raises(ConfigError) as err:
+        PretrainConfig(copy_fraction=0.5)  # the default corpus, 'arithmetic', has no copy lines to size
+    assert str(err.value) == message
+    # From the command line and from a pipeline's pretrain section: before anything is written.
+    assert main(["pretrain", "--copy-fraction", "0.5", "--output-dir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n" and not (tmp_path / "run").exists()
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(f"output_dir: {tmp_path / 'pipeline'}\nstages: [pretrain]\npretrain:\n  corpus: arithmetic\n"
+                    "  copy_fraction: 0.5\n")
+    with pytest.raises(ConfigError, match="^copy_fraction applies to corpus 'arithmetic\\+copy' only"):
+        run_pipeline(load_pipeline_config(path))
+    assert not (tmp_path / "pipeline").exists()
+    # The default with either corpus, and any share with the copy corpus, are fine.
+    assert PretrainConfig().copy_fraction == PretrainConfig(corpus="arithmetic+copy").copy_fraction == 0.75
+    assert PretrainConfig(corpus="arithmetic+copy", copy_fraction=0.5).copy_fraction == 0.5
+
+
 def test_pack_blocks_are_full_length(tiny_model_dir):
     from transformers import AutoTokenizer
 

@@ -138,7 +138,7 @@ def test_reward_model_trains_two_steps_and_reports_held_out_accuracy_of_the_save
     cfg, result = trained_rm
     metrics = json.loads((Path(result["run_dir"]) / "metrics.json").read_text())
     assert metrics["global_step"] == 2 and metrics["train_pairs"] == 8 and metrics["heldout_pairs"] == 2
-    assert result["model_dir"].endswith("merged") and result["adapter_dir"]
+    assert result["model_dir"] == str(Path(result["run_dir"]) / "model") and result["adapter_dir"]
     model = AutoModelForSequenceClassification.from_pretrained(result["model_dir"]).eval()
     assert model.config.num_labels == 1 and model.config.pad_token_id is not None
     from agentic_rl.models.loading import load_tokenizer

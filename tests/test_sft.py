@@ -63,7 +63,7 @@ def test_lora_sft_lowers_loss_and_changes_only_adapter_weights(tiny_model_dir, t
     rows = build_sft_dataset(cfg).select(range(16)).to_list()
     before = completion_loss(tiny_model_dir, rows)
     result = run(cfg)
-    after = completion_loss(result["merged_dir"], rows)
+    after = completion_loss(result["model_dir"], rows)
     assert after < before - 0.2, (before, after)  # a random micro model saturates near 5.9 (tiny frozen embeddings)
 
     m = result["metrics"]
@@ -74,7 +74,7 @@ def test_lora_sft_lowers_loss_and_changes_only_adapter_weights(tiny_model_dir, t
     assert len(lora_b) == 2 * 4 and all(v.abs().max() > 0 for v in lora_b)  # 2 layers x q,k,v,o
     # base weights outside the adapted projections are untouched by the merge
     base = load_file(f"{tiny_model_dir}/model.safetensors")
-    merged = load_file(f"{result['merged_dir']}/model.safetensors")
+    merged = load_file(f"{result['model_dir']}/model.safetensors")
     assert torch.equal(base["model.layers.0.mlp.up_proj.weight"], merged["model.layers.0.mlp.up_proj.weight"])
     assert not torch.equal(base["model.layers.0.self_attn.q_proj.weight"],
                            merged["model.layers.0.self_attn.q_proj.weight"])
@@ -116,7 +116,7 @@ def test_full_run_trains_every_weight(tiny_model_dir, tmp_path):
     assert m["trainable_parameters"] == m["total_parameters"]
     assert result["adapter_dir"] is None and not (tmp_path / "adapter").exists()
     base = load_file(f"{tiny_model_dir}/model.safetensors")
-    merged = load_file(f"{result['merged_dir']}/model.safetensors")
+    merged = load_file(f"{result['model_dir']}/model.safetensors")
     assert not torch.equal(base["model.layers.0.mlp.up_proj.weight"], merged["model.layers.0.mlp.up_proj.weight"])
 
 
@@ -159,14 +159,14 @@ def test_interrupted_run_resumes_from_last_checkpoint(tiny_model_dir, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run(cfg, callbacks=[StopAt(3)])
     assert (tmp_path / "checkpoints" / "checkpoint-2").is_dir()
-    assert not (tmp_path / "merged").exists()
+    assert not (tmp_path / "model").exists()
 
     counter = CountSteps()
     cfg.resume = True
     result = run(cfg, callbacks=[counter])
     assert result["metrics"]["resumed_from"].endswith("checkpoint-2")
     assert counter.steps == [3, 4]  # continued, not restarted
-    assert result["metrics"]["global_step"] == 4 and (tmp_path / "merged" / "model.safetensors").is_file()
+    assert result["metrics"]["global_step"] == 4 and (tmp_path / "model" / "model.safetensors").is_file()
 
 
 def test_config_validation_and_flags():

@@ -511,7 +511,7 @@ def test_two_sft_workers_then_the_best_yaml_reproduces_its_trial(tmp_path, tiny_
     assert original.keys() == again.keys()
     assert all(torch.equal(original[k], again[k]) for k in original)
     tune_config = TuneConfig(**{k: v for k, v in spec.items() if k in ("eval_samples", "max_new_tokens", "seed")})
-    value, _ = score_model(tune_config, best_cfg, str(tmp_path / "rerun" / "merged"),
+    value, _ = score_model(tune_config, best_cfg, str(tmp_path / "rerun" / "model"),
                            load_heldout(tune_config, best_cfg, 3))
     assert value == pytest.approx(best.value)
     assert json.loads((trial_dir / "tune_score.json").read_text())["accuracy"] == pytest.approx(best.value)
@@ -572,7 +572,7 @@ def test_real_sft_trial_killed_mid_training_is_cleaned_and_rerun(tmp_path, tiny_
     assert trials[0].state == TrialState.FAIL and trials[1].state == TrialState.COMPLETE and len(trials) == 2
     assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
     trials_dir = out / "trials" / "tune-sft"
-    assert not any((trials_dir / "0" / name).exists() for name in ("checkpoints", "adapter", "merged"))
+    assert not any((trials_dir / "0" / name).exists() for name in ("checkpoints", "adapter", "model"))
     assert (trials_dir / "0" / "config.yaml").is_file()       # what the trial was stays readable
     assert (trials_dir / "1" / "adapter" / "adapter_model.safetensors").is_file()  # the finished one keeps its
     assert "1 complete, 0 pruned of 2 trials" in (out / "report.md").read_text()

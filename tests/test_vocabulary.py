@@ -3,6 +3,8 @@
 The table below is the vocabulary: concept -> (the one name, other names the same concept has gone by). A config
 field or a YAML key under another name, or ``report_to`` / ``gradient_checkpointing`` with a different type in some
 stage, fails here. Old names give a one-line "renamed to" error wherever settings are read (YAML, flags, dicts).
+The table also names the folder each stage writes its model to, and a stage that wrote it under another name (in its
+list of outputs, or as a path anywhere in the package's code) fails here too.
 """
 
 from __future__ import annotations
@@ -38,7 +40,15 @@ VOCABULARY: dict[str, tuple[str, set[str]]] = {
     "synthetic-data seed": ("synthetic_seed", {"data_seed", "synthetic_data_seed", "task_seed", "dataset_seed"}),
     "LoRA or full fine-tuning": ("full", {"use_lora", "lora", "use_peft", "full_finetune", "full_fine_tuning",
                                          "finetune_type"}),
+    # not a setting but a folder: <stage>/model/ in every stage's run directory (SFT, GRPO, the reward model wrote
+    # merged/ before)
+    "model output folder": ("model", {"merged", "merged_model", "final_model", "output_model", "model_final"}),
 }
+#: Each stage that trains a model: its module and the tuple of what it writes into its run directory.
+STAGE_OUTPUTS = {"pretrain": ("agentic_rl.train.pretrain", "PRETRAIN_OUTPUTS"),
+                 "sft": ("agentic_rl.train.sft", "SFT_OUTPUTS"),
+                 "grpo": ("agentic_rl.train.grpo", "GRPO_OUTPUTS"),
+                 "reward-model": ("agentic_rl.train.reward_model", "REWARD_MODEL_OUTPUTS")}
 # ``max_samples`` was both the training-set size (SFT) and the held-out size (evaluation), and SFT's
 # ``synthetic_train_size`` its training-set size too: in the stages that train or evaluate they are no names at all.
 # (The data tools and the reward model keep ``max_samples`` for "rows drawn from a source", and the data tools
@@ -129,6 +139,37 @@ def test_shipped_yaml_uses_one_name_per_concept(path):
             assert value is None or isinstance(value, bool), f"{path.name}: {where} must be true, false or null"
         if key == "report_to":
             assert isinstance(value, list), f"{path.name}: {where} should be a list, as in every stage"
+
+
+@pytest.mark.parametrize("stage", list(STAGE_OUTPUTS))
+def test_every_stage_writes_its_model_to_the_one_model_folder(stage):
+    from agentic_rl.runs import MODEL_FOLDER
+
+    name, other_names = VOCABULARY["model output folder"]
+    module, constant = STAGE_OUTPUTS[stage]
+    outputs = getattr(importlib.import_module(module), constant)
+    assert MODEL_FOLDER == name and name in outputs, f"{stage} does not write {name}/"
+    assert not set(outputs) & other_names, f"{stage} writes its model to {sorted(set(outputs) & other_names)}"
+
+
+def test_no_code_names_the_model_folder_otherwise():
+    """A path component such as ``out / "merged"`` or ``"runs/sft/merged"`` anywhere in the package fails; only the
+    constant that recognises run directories of earlier versions may hold the old name."""
+    import ast
+
+    _, other_names = VOCABULARY["model output folder"]
+    package = REPO / "src" / "agentic_rl"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        assigned = {id(node.value): node.targets[0].id for node in ast.walk(tree)
+                    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip()
+                    and not any(c.isspace() for c in node.value)
+                    and set(node.value.strip("/").split("/")) & other_names):
+                found.append((str(path.relative_to(package)), assigned.get(id(node), node.lineno)))
+    assert found == [("runs.py", "OLD_MODEL_FOLDER")]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -10,17 +10,19 @@ Everything lands in one run directory::
     runs/<name>/
       .agentic-rl-run      marker: a run directory agentic-rl created (the only kind --fresh deletes)
       config.yaml          resolved pipeline config (every stage's resolved config is in its own folder too)
-      pretrain/ sft/ grpo/ stage outputs: checkpoints, TensorBoard events, adapter/ and merged/ models
+      pretrain/ sft/ grpo/ stage outputs: checkpoints, TensorBoard events, the adapter/ and the stage's model/
       eval/<stage>/        metrics.json, predictions.jsonl, report.md per evaluated model
-      export/              the final merged model (transformers / vLLM load it as is)
+      export/              the final model, any adapter merged in (transformers / vLLM load it as is)
       report.md            stage comparison table + training curves (PNG)
       summary.json         per stage: metrics (stages.<stage>.accuracy) and wall time
 
 Re-running skips stages whose ``<stage>/stage.json`` marker exists and records the same settings; a stage made with
 other settings (another seed, other steps) is an error, never silently reused or deleted: use a new ``--name`` or
-``--fresh``. A stage that was interrupted (checkpoints, no ``stage.json``) resumes from its last complete checkpoint
-when its settings match. ``--fresh`` deletes the run directory and starts over, only once the whole configuration
-has been validated, and only a directory this project created as a run directory (see ``agentic_rl.runs``).
+``--fresh``. A stage folder an earlier version wrote, with its model in ``merged/`` (now ``model/``), is an error
+that says to rename it, before anything runs; once renamed, the run is reused as before. A stage that was
+interrupted (checkpoints, no ``stage.json``) resumes from its last complete checkpoint when its settings match.
+``--fresh`` deletes the run directory and starts over, only once the whole configuration has been validated, and only
+a directory this project created as a run directory (see ``agentic_rl.runs``).
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from typing import Any, Callable
 from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import check_keys, config_from_dict, format_config, read_yaml, save_config, setting
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import (check_run_name, create_run_root, delete_run_dir, describe, differing_keys, has_run,
-                             settings_of, stage_settings_mismatch, stored_settings)
+from agentic_rl.runs import (check_model_folder, check_run_name, create_run_root, delete_run_dir, describe,
+                             differing_keys, has_run, renamed_model_path, settings_of, stage_settings_mismatch,
+                             stored_settings)
 from agentic_rl.utils import log, read_json, warn, write_json
 
 STAGES = ["pretrain", "sft", "grpo", "sft_continued", "export"]
@@ -162,6 +165,8 @@ def _run_stage(name: str, out: Path, fn: Callable[[], dict[str, Any]], summary: 
             differences = differing_keys(stored, current)
             if differences:
                 raise _other_settings_error(name, out, differences)
+        if isinstance(result.get("model_dir"), str):  # recorded as <stage>/merged by an earlier version, since renamed
+            result["model_dir"] = renamed_model_path(result["model_dir"])
         log(f"stage {name}: already done ({result.get('wall_time_s', 0):.0f}s), skipping — use --fresh to redo")
     else:
         log(f"stage {name}: starting")
@@ -300,6 +305,9 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     root = Path(config.output_dir) if config.output_dir else Path("runs") / config.name
     print(format_config(config, "pipeline"))
     _check_sections(config, root)  # the whole configuration first: nothing is deleted or written before it passes
+    if not config.fresh:  # a stage folder of an earlier version (merged/, now model/) would be reused or redone
+        for name in _train_stages(config):
+            check_model_folder(root / name)
     if config.fresh and root.exists():
         delete_run_dir(root, "pipeline")  # only a run directory this project created, never the cwd, home or a parent
     new_run = not has_run(root)

@@ -16,6 +16,11 @@ training stage, its resolved settings and their fingerprint). Three rules follow
   continuing a run are not compared (:data:`RESUME_FREE_KEYS`: ``resume``, ``overwrite``, ``output_dir``, how long to
   train — ``max_steps`` / ``epochs`` — and where and how often to log and save). Any other difference is an error
   that names the keys.
+
+The model a stage produced is in ``<stage>/model/`` (:data:`MODEL_FOLDER`) whatever the stage. Earlier versions
+wrote SFT's, GRPO's and the reward model's to ``<stage>/merged/``: such a run directory is a one-line error wherever
+its model is looked up (:func:`check_model_folder`), and once the folder is renamed, settings and stage results that
+recorded the old path still match it (:func:`renamed_model_path`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,12 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.utils import RUNS_ROOT, last_checkpoint, log, read_json, warn, write_json
 
 RUN_MARKER = ".agentic-rl-run"
+
+#: The folder in a stage's run directory holding the model the stage produced (pretrain, SFT, GRPO, reward model):
+#: what later stages, evaluation and export load.
+MODEL_FOLDER = "model"
+#: Its name in run directories of earlier versions (SFT, GRPO and the reward model), recognised only to say so.
+OLD_MODEL_FOLDER = "merged"
 
 #: The kinds of run directory that hold other runs (what :func:`create_run_root` is called with: the pipeline, which
 #: every quickstart preset runs); ``--fresh`` deletes only these, a stage's own run is replaced with that stage's
@@ -67,11 +78,45 @@ def differing_keys(old: dict[str, Any], new: dict[str, Any], ignore: Iterable[st
     """``["seed (0 -> 1)", ...]``: the settings that differ between two runs, with both values.
 
     Only settings both runs have are compared: one that a newer version added (or dropped) does not make a run made
-    before the upgrade "other settings".
+    before the upgrade "other settings"; nor does a model path recorded as ``<stage>/merged`` that the user has since
+    renamed to ``<stage>/model`` (:func:`renamed_model_path`).
     """
     ignore = set(ignore)
     return [f"{key} ({json.dumps(old[key], default=str)} -> {json.dumps(new[key], default=str)})"
-            for key in sorted(set(old) & set(new)) if key not in ignore and old[key] != new[key]]
+            for key in sorted(set(old) & set(new)) if key not in ignore and _renamed(old[key]) != new[key]]
+
+
+def _renamed(value: Any) -> Any:
+    """A recorded setting with its model paths as they are called now (a string, or each string of a list)."""
+    if isinstance(value, str):
+        return renamed_model_path(value)
+    if isinstance(value, list):
+        return [renamed_model_path(v) if isinstance(v, str) else v for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The stage's model folder, and its name in earlier versions
+# ---------------------------------------------------------------------------------------------------------------
+
+def check_model_folder(stage_dir: str | Path) -> None:
+    """One-line :class:`ConfigError` for a stage run directory an earlier version wrote: its model is in ``merged/``
+    and there is no ``model/`` (nothing looks for ``merged/`` any more, so it would be missed or written over)."""
+    stage_dir = Path(stage_dir)
+    old, new = stage_dir / OLD_MODEL_FOLDER, stage_dir / MODEL_FOLDER
+    if old.is_dir() and not new.exists():
+        raise ConfigError(f"{old}: the folder of a stage's model was renamed to {MODEL_FOLDER}/; rename it "
+                          f"(mv {old} {new}) or re-run the stage")
+
+
+def renamed_model_path(path: str) -> str:
+    """``path`` itself, or — for ``<stage>/merged`` recorded by an earlier version (a stage's result, its settings,
+    the rl_training tool's registry) that no longer exists because the user renamed it — ``<stage>/model``."""
+    recorded = Path(path)
+    if recorded.name != OLD_MODEL_FOLDER or recorded.exists():
+        return path
+    now = recorded.with_name(MODEL_FOLDER)
+    return str(now) if now.is_dir() else path
 
 
 def describe(differences: list[str], limit: int = 4) -> str:
@@ -211,6 +256,7 @@ def check_stage_dir(out: Path, config: Any, *, stage: str, finished: str, checkp
     if kind and kind != stage:
         raise ConfigError(f"{out} holds a {kind} run, not a {stage} run; choose another --output-dir")
     if resume:
+        check_model_folder(out)  # a finished run of an earlier version: its model would be left beside the new one
         stored = (marker or {}).get("settings")
         if stored is None:
             warn(f"--resume: {out} records no settings (made by an older version); cannot check that they match")
@@ -249,10 +295,12 @@ def _choices(config: Any, overwrite_does: str) -> str:
 
 def claim_stage_dir(out: Path, config: Any, *, stage: str, stale: Iterable[str] = (), resuming: bool) -> Path:
     """Create ``out`` (if needed) and record the run's settings in its marker; unless ``resuming``, remove an earlier
-    run's ``stale`` outputs (names or glob patterns). Call it after the model, data and rewards have loaded."""
+    run's ``stale`` outputs (names or glob patterns; when they include the model folder, its old name too). Call it
+    after the model, data and rewards have loaded."""
     out.mkdir(parents=True, exist_ok=True)
     if not resuming:
-        for pattern in stale:
+        stale = tuple(stale)
+        for pattern in (*stale, *((OLD_MODEL_FOLDER,) if MODEL_FOLDER in stale else ())):
             for path in out.glob(pattern):
                 if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path)

@@ -77,6 +77,7 @@ import yaml
 
 from agentic_rl.config import SEED_RANGE, check_range, config_from_dict, config_to_dict, read_yaml, setting
 from agentic_rl.errors import ConfigError, TrainingError
+from agentic_rl.runs import MODEL_FOLDER, OLD_MODEL_FOLDER
 from agentic_rl.utils import free_memory, log, run_dir, warn, write_json
 
 STAGES = ("sft", "grpo")
@@ -792,11 +793,13 @@ def _accepts_callbacks(fn: Callable[..., Any]) -> bool:
 
 
 def _drop_weights(trial_dir: Path) -> None:
-    """A finished trial keeps its config, metrics and logs; its weights (GBs for real models) are removed."""
+    """A finished trial keeps its config, metrics and logs; its weights (GBs for real models) are removed (in a study
+    an earlier version started, its trials' model folders are still called merged/)."""
     import shutil
 
     for child in trial_dir.glob("*"):
-        if child.is_dir() and (child.name in ("merged", "adapter", "base", "best", "model", "final", "checkpoints")
+        if child.is_dir() and (child.name in (MODEL_FOLDER, OLD_MODEL_FOLDER, "adapter", "base", "best", "final",
+                                              "checkpoints")
                                or child.name.startswith("checkpoint-")):
             shutil.rmtree(child, ignore_errors=True)
 

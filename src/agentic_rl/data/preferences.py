@@ -15,7 +15,7 @@ Output in the run directory (default ``runs/preferences``):
     stats.json      prompts, samples, pairs, prompts skipped as ties, mean best / worst score
     config.yaml     the resolved settings (an earlier run's pairs are replaced only with ``--overwrite``)
 
-Run: ``agentic-rl preferences --model runs/sft/merged --num-samples 4 --judge accuracy``
+Run: ``agentic-rl preferences --model runs/sft/model --num-samples 4 --judge accuracy``
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ PREFERENCES_OUTPUTS = ("pairs.jsonl", "samples.jsonl", "stats.json")
 
 @dataclass
 class PreferencesConfig:
-    model: str = setting("", "model that writes the candidates (an SFT merged/ folder, a model dir or a hub id)")
+    model: str = setting("", "model that writes the candidates (an SFT model/ folder, a model dir or a hub id)")
     dataset: str = setting("synthetic", "prompts: synthetic, gsm8k, a hub id, a local file/folder, or a registered name")
     split: str = setting("train", "dataset split the prompts come from")
     max_samples: int | None = setting(256, "prompts to sample from (random, seed); null: all")
@@ -125,7 +125,7 @@ def run(config: PreferencesConfig) -> dict[str, Any]:
     from agentic_rl.rewards import build_rewards
 
     if not config.model:
-        raise ConfigError("model is required: the model that writes the candidates (--model runs/sft/merged)")
+        raise ConfigError("model is required: the model that writes the candidates (--model runs/sft/model)")
     start = time.time()
     out = stage_path(config.output_dir, "preferences")
     check_stage_dir(out, config, stage="preferences", finished="stats.json", checkpoints=out)

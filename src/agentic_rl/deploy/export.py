@@ -26,8 +26,11 @@ The source may be
 
    * stages, latest rung of the ladder first: ``<run>/grpo``, ``<run>/sft``, ``<run>/pretrain``, ``<run>/base``
      (``--stage NAME`` searches only that one), then ``<run>`` itself;
-   * inside each: the directory itself, then ``merged/``, ``final/``, ``best/``, ``model/``, ``adapter/``, then the
-     highest-numbered ``checkpoint-N/``.
+   * inside each: the directory itself, then ``model/`` (the stage's model), ``final/``, ``best/``, ``adapter/``, then
+     the highest-numbered ``checkpoint-N/``.
+
+   A stage directory written by an earlier version, whose model is in ``merged/`` (the old name of ``model/``), is a
+   one-line error that says to rename it, never a silent pick of its ``best/`` or ``adapter/``.
 
    A run directory's ``export/`` folder (an earlier export) is never picked as a source.
 
@@ -44,10 +47,11 @@ from pathlib import Path
 
 from agentic_rl.config import setting
 from agentic_rl.errors import ConfigError, ModelLoadError
+from agentic_rl.runs import MODEL_FOLDER, check_model_folder
 from agentic_rl.utils import log, write_json
 
 STAGE_ORDER = ("grpo", "sft", "pretrain", "base")
-MODEL_SUBDIRS = ("merged", "final", "best", "model", "adapter")
+MODEL_SUBDIRS = (MODEL_FOLDER, "final", "best", "adapter")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -55,7 +59,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 @dataclass
 class ExportConfig:
     source: str = setting("", "what to export: a model directory, a PEFT adapter directory, or a stage/pipeline run "
-                              "directory (searched grpo, sft, pretrain, base; merged/ final/ best/ model/ adapter/ "
+                              "directory (searched grpo, sft, pretrain, base; model/ final/ best/ adapter/ "
                               "checkpoint-N/)", positional=True)
     out: str = setting("", "output directory for the merged model (required)")
     dtype: str = setting("auto", "dtype of the saved weights; auto keeps the source's (the base's for an adapter)",
@@ -101,6 +105,7 @@ def _find_in(directory: Path) -> Path | None:
     """The model in one directory: itself, a known sub-folder, or its latest ``checkpoint-N``."""
     if not directory.is_dir():
         return None
+    check_model_folder(directory)  # an earlier version's merged/: say so rather than pick best/ or adapter/
     for candidate in (directory, *(directory / sub for sub in MODEL_SUBDIRS)):
         if _is_model_dir(candidate) or _is_adapter_dir(candidate):
             return candidate

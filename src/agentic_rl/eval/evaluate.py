@@ -17,8 +17,8 @@ tools and again without them (:mod:`agentic_rl.eval.episodes`); ``metrics.json``
 
 Run it::
 
-    agentic-rl eval runs/quickstart-agentic/grpo/merged --environment calculator --no-tools-in-prompt
-    agentic-rl eval runs/quickstart/sft/merged runs/quickstart/grpo/merged --dataset synthetic --max-samples 200
+    agentic-rl eval runs/quickstart-agentic/grpo/model --environment calculator --no-tools-in-prompt
+    agentic-rl eval runs/quickstart/sft/model runs/quickstart/grpo/model --dataset synthetic --max-samples 200
     agentic-rl eval Qwen/Qwen3-0.6B --dataset /data/gsm8k --num-samples 8 --temperature 0.7 --pass-at-k 1,4,8
 
 Outputs (in ``--output-dir``, default ``runs/eval``; one sub-directory per model when several are given)::
@@ -48,6 +48,7 @@ from typing import Any
 from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError
+from agentic_rl.runs import MODEL_FOLDER, OLD_MODEL_FOLDER, check_model_folder
 
 DEFAULT_REWARDS = ["accuracy:1.0", "format:0.2"]
 
@@ -305,7 +306,7 @@ def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | Non
 
 def _display_name(path: str) -> str:
     p = Path(path)
-    if p.name in ("merged", "adapter", "final", "model") and p.parent.name:
+    if p.name in (MODEL_FOLDER, OLD_MODEL_FOLDER, "adapter", "final") and p.parent.name:  # sft/model, not model
         return f"{p.parent.name}/{p.name}"
     return p.name or path
 
@@ -367,6 +368,8 @@ def run(config: EvalConfig) -> dict[str, Any]:
     if not config.models:
         raise ConfigError("give at least one model to evaluate: agentic-rl eval MODEL_DIR [MODEL_DIR ...]")
     print(format_config(config, "eval"))
+    for model_path in config.models:  # a stage directory of an earlier version (merged/, now model/): before any output
+        check_model_folder(model_path)
     env_factory = None
     if config.environment is not None:  # a bad environment fails before anything is written
         from agentic_rl.agent.settings import build_environment

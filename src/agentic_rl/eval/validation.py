@@ -19,8 +19,10 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
-#: Rows the synthetic train split is generated with when the stage does not say how many it trains on.
-SYNTHETIC_TRAIN_ROWS = 2000
+#: Rows of the synthetic train split left to train on once the validation slice is carved off, when the stage does
+#: not say how many it trains on (GRPO without max_train_samples): the split is generated with ``eval_samples`` rows
+#: more than this, so carving the slice does not shrink the training set.
+SYNTHETIC_TRAIN_ROWS_AFTER_CARVING = 2000
 
 
 def carve_validation(rows: list[dict[str, Any]], n: int, seed: int, *, where: str,
@@ -49,7 +51,8 @@ def training_and_validation_rows(source: str, split: str, *, seed: int, eval_sam
     from agentic_rl.data import load_task_dataset
 
     if source.startswith("synthetic"):
-        load_options["synthetic_train_size"] = (synthetic_train_size or SYNTHETIC_TRAIN_ROWS) + eval_samples
+        train_rows = synthetic_train_size or SYNTHETIC_TRAIN_ROWS_AFTER_CARVING
+        load_options["synthetic_train_size"] = train_rows + eval_samples
     rows = load_task_dataset(source, split=split, seed=seed, **load_options).to_list()
     return carve_validation(rows, eval_samples, seed, where=f"{source}:{split}")
 

@@ -217,7 +217,8 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, dtype: Any = "auto", d
     base_name = name
     if Path(name).is_dir() and is_adapter_dir(name):
         if not adapter_ok:
-            raise ModelLoadError(f"{name} holds a PEFT adapter, not a full model; pass its merged model directory")
+            raise ModelLoadError(f"{name} holds a PEFT adapter, not a full model; pass the model with it merged in "
+                                 f"(its run's model/ folder)")
         adapter_dir = Path(name)
         try:
             adapter_cfg = json.loads((adapter_dir / "adapter_config.json").read_text())
@@ -228,6 +229,9 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, dtype: Any = "auto", d
         if not base_name:
             raise ModelLoadError(f"{adapter_dir / 'adapter_config.json'}: field 'base_model_name_or_path' is empty")
     elif Path(name).is_dir() and not (Path(name) / "config.json").is_file():
+        from agentic_rl.runs import check_model_folder
+
+        check_model_folder(name)  # a stage directory of an earlier version: its model is in merged/, now model/
         raise ModelLoadError(f"{name} has neither config.json (a model) nor adapter_config.json (an adapter)")
 
     model = from_pretrained(AutoModelForCausalLM, base_name, "model", dtype=torch_dtype,

@@ -9,7 +9,7 @@ A reward **spec** is one string::
     module:function              my_pkg.rewards:brevity      a user reward (any importable callable)
     module:function:WEIGHT       my_pkg.rewards:brevity:0.3
     module:function(k=v):WEIGHT  my_pkg.rewards:Brevity(limit=100):0.3
-    rm:PATH[:WEIGHT]             rm:runs/rm/merged:1.0       a trained reward model (= reward_model(path=PATH))
+    rm:PATH[:WEIGHT]             rm:runs/rm/model:1.0        a trained reward model (= reward_model(path=PATH))
 
 The syntax is unambiguous because a weight is always the last ``:``-field and parses as a number, while a
 user reward always has a ``:`` between module and attribute, and a built-in name never contains ``:``; the prefix

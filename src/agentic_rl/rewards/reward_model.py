@@ -8,7 +8,7 @@ the model's scalar output at the last non-padding token. Scoring is batched (rig
 per forward pass), in eval mode under ``torch.inference_mode``, on the training device (GPU when there is one), so
 the same completion always gets the same score.
 
->>> reward = RewardModelReward(path="runs/reward-model/merged")                         # doctest: +SKIP
+>>> reward = RewardModelReward(path="runs/reward-model/model")                          # doctest: +SKIP
 >>> reward([[{"role": "assistant", "content": "Final Answer: 5"}]],
 ...        prompts=[[{"role": "user", "content": "What is 2 + 3?"}]])                  # doctest: +SKIP
 [1.73]
@@ -36,8 +36,11 @@ def load_reward_model(path: str | Path, *, device: str | None = None):
 
     path = Path(path)
     if not (path / "config.json").is_file():
+        from agentic_rl.runs import check_model_folder
+
+        check_model_folder(path)  # the run directory of an earlier version: its model is in merged/, now model/
         raise ConfigError(f"reward model {path} is not a model directory (no config.json); pass the model folder "
-                          f"`agentic-rl reward-model` wrote (<run>/merged)")
+                          f"`agentic-rl reward-model` wrote (<run>/model)")
     device = resolve_device(device)
     if device == "cuda":  # one training process per GPU: score on this process's GPU, as the policy does
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"

@@ -44,7 +44,7 @@ see :mod:`agentic_rl.train.rloo`) and keeps everything else here: rewards, LoRA,
 
 Run it::
 
-    agentic-rl grpo --model runs/quickstart/sft/merged --reward accuracy:1.0 --reward format:0.2
+    agentic-rl grpo --model runs/quickstart/sft/model --reward accuracy:1.0 --reward format:0.2
     agentic-rl grpo --config configs/qwen3-0.6b-gsm8k.yaml --resume
 
 Outputs in the run directory (``--output-dir``, default ``runs/grpo``)::
@@ -58,7 +58,8 @@ Outputs in the run directory (``--output-dir``, default ``runs/grpo``)::
     tensorboard/        the same scalars for TensorBoard (wandb too with --report-to wandb)
     checkpoint-N/       trainer checkpoints (optimizer included) for --resume
     best/               the policy with the best held-out accuracy so far (adapter, or full model with --full)
-    adapter/ merged/    the final LoRA adapter and the merged model (merged/ is what evaluation and export load)
+    adapter/ model/     the final LoRA adapter and the model with it merged in (model/ is what evaluation and export
+                        load)
 
 Metrics (TRL's raw name -> ours; anything else TRL logs appears as ``grpo/<raw name>``):
 
@@ -112,8 +113,9 @@ from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import (SEED_RANGE, check_range, check_retired_value, config_to_dict, format_config,
                                report_to_list, save_config, setting)
 from agentic_rl.errors import ConfigError
+from agentic_rl.eval.validation import SYNTHETIC_TRAIN_ROWS_AFTER_CARVING
 from agentic_rl.models.fingerprint import weights_fingerprint, write_base_fingerprint
-from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.train.signal import check_signal_settings
 from agentic_rl.utils import append_jsonl, has_gpu, log, read_jsonl, set_seed, supports_bf16, warn, write_json
 
@@ -121,7 +123,7 @@ SYNTHETIC_TEST_GUARD = 2000
 LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
 SCALE_REWARDS = ["group", "batch", "none"]
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
-GRPO_OUTPUTS = ("checkpoint-*", "best", "base", "adapter", "merged", "completions.jsonl", "heldout.jsonl",
+GRPO_OUTPUTS = ("checkpoint-*", "best", "base", "adapter", MODEL_FOLDER, "completions.jsonl", "heldout.jsonl",
                 "metrics.jsonl", "result.json", "trainable_parameters.txt", "tensorboard", "difficulty.json",
                 "rollouts.jsonl")
 GENERATION_BACKENDS = ["trl", "compact"]
@@ -157,13 +159,15 @@ class GRPOConfig(EnvironmentSettings):
     The environment settings (``environment``, ``max_turns``, ...) come from :class:`EnvironmentSettings`."""
 
     # --- model and data -------------------------------------------------------------------------------------------
-    model: str = setting("", "model to start from: an SFT output (adapter or merged dir), a local model dir or a hub id")
+    model: str = setting("", "model to start from: an SFT output (its adapter/ or model/), a local model dir or a "
+                             "hub id")
     preset: str = setting("default", "default values for unset fields: 'default' (real models, the recommended settings) or "
                      "'tiny' (the embedded model on CPU)", choices=list(PRESETS))
     dataset: str = setting("synthetic", "prompts with ground truth: 'synthetic', a hub id, or a local file/folder")
     split: str = setting("train", "dataset split used for training prompts")
     max_train_samples: int | None = setting(None, "use at most this many training prompts (default: all; the "
-                                            "synthetic task generates this many, default 2000)")
+                                            f"synthetic task generates this many, default "
+                                            f"{SYNTHETIC_TRAIN_ROWS_AFTER_CARVING})")
     synthetic_seed: int = setting(0, "seed of the synthetic task (same for all stages)")
     question_field: str | None = setting(None, "custom datasets: column holding the question")
     answer_field: str | None = setting(None, "custom datasets: column holding the reference solution")
@@ -263,7 +267,7 @@ class GRPOConfig(EnvironmentSettings):
                             "(disjoint from training prompts and from the test split)")
     best_metric: str = setting("accuracy", "held-out metric that picks best/: strict 'accuracy' or the weighted "
                           "'avg_reward'", choices=["accuracy", "avg_reward"])
-    select_best: bool = setting(False, "build merged/ (the stage's output model) from best/ instead of the last step")
+    select_best: bool = setting(False, "build model/ (the stage's output model) from best/ instead of the last step")
     save_steps: int | None = setting(None, "checkpoint every N steps")
     save_total_limit: int = setting(2, "checkpoints kept (the best held-out model is kept apart in best/)")
 
@@ -865,7 +869,7 @@ def _best_row(out: Path) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------------------------------------------
 
 def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
-    """Train with GRPO; returns ``{"model_dir": <run>/merged, "adapter_dir", "best_dir", "heldout", ...}``.
+    """Train with GRPO; returns ``{"model_dir": <run>/model, "adapter_dir", "best_dir", "heldout", ...}``.
 
     ``callbacks``: extra ``TrainerCallback`` objects (hyper-parameter search uses one for pruning).
     """
@@ -957,10 +961,10 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     finally:
         logger.close()
 
-    # --- save: adapter, merged model ---------------------------------------------------------------------------------
+    # --- save: adapter, model (adapter merged in) --------------------------------------------------------------------
     policy = trainer.model
     if config.select_best and monitor.best_step not in (None, trainer.state.global_step):
-        log(f"select_best: building merged/ from best/ (step {monitor.best_step}, held-out {config.best_metric} "
+        log(f"select_best: building model/ from best/ (step {monitor.best_step}, held-out {config.best_metric} "
             f"{monitor.best_score:.3f})")
         load_weights(policy, out / "best")
     adapter_dir = None
@@ -969,15 +973,15 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         save_policy(policy, tokenizer, adapter_dir)
         write_base_fingerprint(adapter_dir, start_fingerprint, base_dir)
         policy = policy.merge_and_unload()
-    merged_dir = out / "merged"
-    policy.config._name_or_path = str(merged_dir)
+    model_dir = out / MODEL_FOLDER
+    policy.config._name_or_path = str(model_dir)
     from agentic_rl.models import save_model_dir  # model + tokenizer + generation config, plain from_pretrained
 
-    save_model_dir(policy, tokenizer, merged_dir)
+    save_model_dir(policy, tokenizer, model_dir)
 
     heldout_rows = read_jsonl(out / "heldout.jsonl")
     result = {
-        "model_dir": str(merged_dir),
+        "model_dir": str(model_dir),
         "adapter_dir": str(adapter_dir) if adapter_dir else None,
         "base_dir": base_dir,
         "best_dir": str(out / "best") if (out / "best").is_dir() else None,
@@ -997,7 +1001,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         "heldout_seconds": round(sum(r.get("seconds", 0.0) for r in heldout_rows), 1),
     }
     write_json(out / "result.json", result)
-    log(f"GRPO done in {result['wall_time_s']:.0f}s: merged model in {merged_dir}")
+    log(f"GRPO done in {result['wall_time_s']:.0f}s: model in {model_dir}")
     return result
 
 

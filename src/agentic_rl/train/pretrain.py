@@ -25,13 +25,13 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, save_config,
                                setting)
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
 
 #: Pretraining corpora (``PretrainConfig.corpus``).
@@ -39,7 +39,7 @@ CORPORA = ("arithmetic", "arithmetic+copy")
 
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 #: What a run writes (``log_history.json``: what earlier versions wrote instead of ``metrics.jsonl``).
-PRETRAIN_OUTPUTS = ("checkpoints", "tokenizer", "model", "metrics.json", "metrics.jsonl", "log_history.json",
+PRETRAIN_OUTPUTS = ("checkpoints", "tokenizer", MODEL_FOLDER, "metrics.json", "metrics.jsonl", "log_history.json",
                     "tensorboard")
 
 
@@ -99,6 +99,10 @@ class PretrainConfig:
         check_range(self, "vocab_size", 256 + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS) + 1)  # bytes + chat/tool tokens
         check_range(self, ("learning_rate", "epochs"), 0, low_open=True)
         check_range(self, ("warmup_ratio", "copy_fraction"), 0, 1)
+        defaults = {f.name: f.default for f in fields(PretrainConfig)}
+        if self.corpus != "arithmetic+copy" and self.copy_fraction != defaults["copy_fraction"]:  # would be ignored
+            raise ConfigError("copy_fraction applies to corpus 'arithmetic+copy' only: set corpus (--corpus "
+                              "arithmetic+copy) or drop copy_fraction")
         check_range(self, "weight_decay", 0)
         check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
 
@@ -296,7 +300,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         metrics_logger.close()
     metrics["eval/arithmetic_accuracy"] = arithmetic_probe(trainer.model, tokenizer)
     metrics["health_warnings"] = health.monitor.warnings
-    model_dir = save_model_dir(trainer.model, tokenizer, out / "model")
+    model_dir = save_model_dir(trainer.model, tokenizer, out / MODEL_FOLDER)
     metrics["wall_time_s"] = round(time.time() - start, 1)
     write_json(out / "metrics.json", metrics)
     log(f"pretrain done in {metrics['wall_time_s']} s: loss {metrics['train/loss']:.3f}, "

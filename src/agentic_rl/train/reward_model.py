@@ -6,7 +6,7 @@ Algorithm (the Bradley-Terry reward model of InstructGPT, as TRL 1.16 implements
    writes), as text (strings) or conversational (message lists; ``prompt`` may then be left out when ``chosen`` and
    ``rejected`` hold the whole conversation). Extra columns (scores) are ignored. A seeded ``heldout_fraction`` of
    the pairs is carved out before training and never trained on.
-2. Model: ``AutoModelForSequenceClassification(num_labels=1)`` from a causal-LM directory (an SFT ``merged/``
+2. Model: ``AutoModelForSequenceClassification(num_labels=1)`` from a causal-LM directory (an SFT ``model/``
    folder: Qwen3 gives ``Qwen3ForSequenceClassification``, a fresh linear ``score`` head on the last hidden state);
    ``pad_token_id`` is set in its config, since the head reads the last non-padding token. LoRA (``task_type
    SEQ_CLS``, the ``score`` head fully trained through ``modules_to_save``) unless ``full`` is set.
@@ -16,15 +16,16 @@ Algorithm (the Bradley-Terry reward model of InstructGPT, as TRL 1.16 implements
 4. Held-out pairwise accuracy: the share of held-out pairs with ``r(chosen) > r(rejected)`` (a tie counts as wrong),
    before and after training, scored by the same code the ``reward_model`` reward uses
    (:mod:`agentic_rl.rewards.reward_model`).
-5. Output in the run directory: ``merged/`` (the reward model: LoRA merged into it, loadable with
+5. Output in the run directory: ``model/`` (the reward model: LoRA merged into it, loadable with
    ``AutoModelForSequenceClassification``; the stage's model folder), ``adapter/`` for LoRA runs, ``config.yaml``,
    ``metrics.json``, ``metrics.jsonl`` (every logged step), ``checkpoints/`` (for ``--resume``); a finished run is replaced only with
    ``--overwrite`` (``agentic_rl.runs``).
 
-Use it as a GRPO reward: ``agentic-rl grpo --model runs/sft/merged --reward 'reward_model(path=runs/reward-model/merged)'``
-(or ``--reward rm:runs/reward-model/merged``).
+Use it as a GRPO reward:
+``agentic-rl grpo --model runs/sft/model --reward 'reward_model(path=runs/reward-model/model)'`` (or
+``--reward rm:runs/reward-model/model``).
 
-Run: ``agentic-rl reward-model --model runs/sft/merged --dataset runs/preferences/pairs.jsonl``
+Run: ``agentic-rl reward-model --model runs/sft/model --dataset runs/preferences/pairs.jsonl``
 """
 
 from __future__ import annotations
@@ -38,18 +39,18 @@ from typing import Any
 from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, save_config,
                                setting)
 from agentic_rl.errors import ConfigError, DataError
-from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, iter_jsonl, log, set_seed, supports_bf16, write_json
 
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 #: What a run writes (``log_history.json``: what earlier versions wrote instead of ``metrics.jsonl``).
-REWARD_MODEL_OUTPUTS = ("checkpoints", "adapter", "merged", "metrics.json", "metrics.jsonl", "log_history.json",
+REWARD_MODEL_OUTPUTS = ("checkpoints", "adapter", MODEL_FOLDER, "metrics.json", "metrics.jsonl", "log_history.json",
                         "tensorboard")
 
 
 @dataclass
 class RewardModelConfig:
-    model: str = setting("", "causal LM to start from (a model directory, e.g. an SFT merged/ folder, or a hub id)")
+    model: str = setting("", "causal LM to start from (a model directory, e.g. an SFT model/ folder, or a hub id)")
     dataset: str = setting("", "preference pairs: a local JSONL with prompt/chosen/rejected (text or conversational)")
     output_dir: str | None = setting(None, "run directory (default runs/reward-model)")
     seed: int = setting(0, "random seed (held-out split, score head and LoRA init, data order)")
@@ -184,9 +185,10 @@ def load_reward_base(config: RewardModelConfig, *, conversational: bool):
                                            resolve_device, resolve_dtype, resolve_model_path)
 
     if not config.model:
-        raise ConfigError("model is required: a causal LM directory such as runs/sft/merged (--model)")
+        raise ConfigError("model is required: a causal LM directory such as runs/sft/model (--model)")
     if Path(config.model).is_dir() and is_adapter_dir(config.model):
-        raise ModelLoadError(f"{config.model} holds a PEFT adapter; pass the merged model directory (SFT's merged/)")
+        raise ModelLoadError(f"{config.model} holds a PEFT adapter; pass the model directory with the adapter merged "
+                             f"in (SFT's model/)")
     path = resolve_model_path(config.model)
     tokenizer = load_tokenizer(path, require_chat_template=conversational)
     device = resolve_device()
@@ -279,7 +281,7 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     finally:
         metrics_logger.close()
 
-    # --- save: adapter (LoRA), merged reward model --------------------------------------------------------------
+    # --- save: adapter (LoRA), the reward model with it merged in -----------------------------------------------
     policy = trainer.model
     adapter_dir = None
     if isinstance(policy, PeftModel):
@@ -287,7 +289,7 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
         policy.save_pretrained(str(adapter_dir))
         tokenizer.save_pretrained(str(adapter_dir))
         policy = policy.merge_and_unload()
-    model_dir = save_reward_model(policy, tokenizer, out / "merged")
+    model_dir = save_reward_model(policy, tokenizer, out / MODEL_FOLDER)
     after = pairwise_accuracy(policy.eval(), tokenizer, heldout_rows, batch_size=config.score_batch_size)
 
     history = trainer.state.log_history

@@ -16,7 +16,8 @@ Algorithm:
    Hello-Agents book's schedule). Loss, gradient norm and learning rate go to ``metrics.jsonl``
    (``train/loss``, ``sft/mean_token_accuracy``, ...) and TensorBoard (``<run>/tensorboard``) or wandb; the health rules of ``train.monitoring`` print live warnings.
 5. Output in the run directory: ``checkpoints/`` (for ``--resume``), ``adapter/`` (LoRA weights + tokenizer),
-   ``merged/`` (``merge_and_unload``: a plain model directory later stages and export start from), ``config.yaml``,
+   ``model/`` (the adapter merged in with ``merge_and_unload``: a plain model directory later stages and export start
+   from), ``config.yaml``,
    ``metrics.json`` (final numbers) and ``metrics.jsonl`` (every logged step), and the marker ``.agentic-rl-run`` with the settings ``--resume`` checks
    (a finished run is replaced only with ``--overwrite``); a LoRA adapter records its base in ``base_fingerprint.json``.
 
@@ -45,17 +46,18 @@ from agentic_rl.config import (SEED_RANGE, check_range, check_retired_value, con
                                report_to_list, save_config, setting)
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, warn, write_json
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 #: What a run writes (``log_history.json``: what earlier versions wrote instead of ``metrics.jsonl``).
-SFT_OUTPUTS = ("checkpoints", "adapter", "merged", "metrics.json", "metrics.jsonl", "log_history.json",
+SFT_OUTPUTS = ("checkpoints", "adapter", MODEL_FOLDER, "metrics.json", "metrics.jsonl", "log_history.json",
                "tensorboard")
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
-#: Rows the synthetic task generates for SFT when max_train_samples is unset.
-SYNTHETIC_TRAIN_ROWS = 5000
+#: SFT's training-set size on the synthetic task when max_train_samples is unset (GRPO's is another:
+#: :data:`agentic_rl.eval.validation.SYNTHETIC_TRAIN_ROWS_AFTER_CARVING`).
+SFT_SYNTHETIC_TRAIN_ROWS = 5000
 
 
 @dataclass
@@ -72,7 +74,7 @@ class SFTConfig(EnvironmentSettings):
                                              "final '#### N' or number)")
     ground_truth_field: str | None = setting(None, "custom datasets: column holding the final answer")
     max_train_samples: int | None = setting(None, "use at most N training rows (random, seed); the synthetic task "
-                                            f"generates this many (default {SYNTHETIC_TRAIN_ROWS})")
+                                            f"generates this many (default {SFT_SYNTHETIC_TRAIN_ROWS})")
     eval_samples: int = setting(0, "held-out problems carved out of the training split (seeded) as a validation "
                                    "slice, never trained on; tune scores its trials on them (0 = none)")
     synthetic_test_size: int = setting(SYNTHETIC_TEST_SIZE, "rows in the synthetic test split (kept out of training; "
@@ -122,7 +124,7 @@ class SFTConfig(EnvironmentSettings):
                                   "only; max_steps and epochs may grow)")
     overwrite: bool = setting(False, "replace a finished or interrupted run in the run directory (without it, such a "
                                      "directory is an error)")
-    merge: bool = setting(True, "also save the merged model (<run>/merged)")
+    merge: bool = setting(True, "also save the model with the LoRA adapter merged in (<run>/model)")
     trust_remote_code: bool = setting(False, "allow custom model code from the Hub")
 
     def __post_init__(self):
@@ -184,7 +186,7 @@ def _task_rows_and_validation(config: SFTConfig):
     options = dict(question_field=config.question_field, answer_field=config.answer_field,
                    ground_truth_field=config.ground_truth_field, synthetic_seed=config.synthetic_seed,
                    synthetic_test_size=config.synthetic_test_size)
-    synthetic_rows = config.max_train_samples or SYNTHETIC_TRAIN_ROWS
+    synthetic_rows = config.max_train_samples or SFT_SYNTHETIC_TRAIN_ROWS
     if not config.eval_samples:
         return load_task_dataset(config.dataset, config.split, max_samples=config.max_train_samples, seed=config.seed,
                                  synthetic_train_size=synthetic_rows, **options), []
@@ -363,13 +365,13 @@ def trainer_arguments(config: SFTConfig, out: Path, report_to: list[str], n_para
 
 
 def save_outputs(trainer, tokenizer, out: Path, *, full: bool, merge: bool) -> dict[str, str | None]:
-    """``<run>/adapter`` (LoRA runs) and ``<run>/merged`` (always for full runs; LoRA runs unless merge=False)."""
+    """``<run>/adapter`` (LoRA runs) and ``<run>/model`` (always for full runs; LoRA runs unless merge=False)."""
     from peft import PeftModel
 
     from agentic_rl.models.tiny import save_model_dir
 
     model = trainer.model
-    paths: dict[str, str | None] = {"adapter_dir": None, "merged_dir": None}
+    paths: dict[str, str | None] = {"adapter_dir": None, "model_dir": None}
     if isinstance(model, PeftModel) and not full:
         adapter_dir = out / "adapter"
         model.save_pretrained(adapter_dir)
@@ -382,16 +384,17 @@ def save_outputs(trainer, tokenizer, out: Path, *, full: bool, merge: bool) -> d
         if merge:
             merged = model.merge_and_unload()
             trainer.model = merged
-            paths["merged_dir"] = str(save_model_dir(merged, tokenizer, out / "merged"))
+            paths["model_dir"] = str(save_model_dir(merged, tokenizer, out / MODEL_FOLDER))
     else:
         if isinstance(model, PeftModel):
             model = model.merge_and_unload()
-        paths["merged_dir"] = str(save_model_dir(model, tokenizer, out / "merged"))
+        paths["model_dir"] = str(save_model_dir(model, tokenizer, out / MODEL_FOLDER))
     return paths
 
 
 def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
-    """Fine-tune; returns ``{"run_dir", "adapter_dir", "merged_dir", "model_dir", "metrics"}``.
+    """Fine-tune; returns ``{"run_dir", "adapter_dir", "model_dir", "metrics"}`` (``model_dir``: ``<run>/model``, or
+    the adapter when ``merge`` is off).
 
     ``callbacks`` are extra ``TrainerCallback``s (tests, hyper-parameter search pruning).
     """
@@ -460,8 +463,8 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     write_json(out / "metrics.json", metrics)
     log(f"sft done in {metrics['wall_time_s']} s, step {metrics['global_step']}: loss "
         f"{metrics['train/first_loss']} -> {metrics['train/last_loss']}; adapter {paths['adapter_dir']}, "
-        f"merged {paths['merged_dir']}")
-    return {"run_dir": str(out), **paths, "model_dir": paths["merged_dir"] or paths["adapter_dir"],
+        f"model {paths['model_dir']}")
+    return {"run_dir": str(out), **paths, "model_dir": paths["model_dir"] or paths["adapter_dir"],
             "metrics": metrics}
 
 
