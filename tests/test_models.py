@@ -47,7 +47,7 @@ def test_digits_are_single_tokens_and_specials_exist(tokenizer):
 
 
 def test_tool_use_corpus_makes_a_calculator_episode_few_tokens():
-    """With ``tool_use`` (the agentic preset's tokenizer) the call wrapper, role names and agent system prompt are
+    """With ``tool_use`` (pretraining's ``tool_call_tokens``) the call wrapper, role names and agent system prompt are
     frequent enough to be merged: an episode is far shorter, numbers stay one token per digit."""
     from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT
     from agentic_rl.agent.tool_format import render_tool_call

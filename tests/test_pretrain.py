@@ -121,3 +121,26 @@ def test_config_checks():
         PretrainConfig(max_steps=0)
     with pytest.raises(ConfigError, match="corpus_lines"):
         PretrainConfig(corpus_lines=5)
+
+
+def test_tool_call_tokens_setting_reaches_the_tokenizer_corpus(tmp_path, monkeypatch):
+    """`tool_call_tokens` is what decides whether the tokenizer is trained on the tool-call scaffolding (off by
+    default: the single-turn quickstart's tokenizer stays as it was measured)."""
+    import agentic_rl.models.tiny as tiny
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("tool_use"))
+        raise Stop
+
+    monkeypatch.setattr(tiny, "default_tokenizer_corpus", spy)
+    for flag in (False, True):
+        with pytest.raises(Stop):
+            run(PretrainConfig(output_dir=str(tmp_path / str(flag)), corpus_lines=200, exclude_test=10,
+                               tool_call_tokens=flag, report_to="none"))
+    assert seen == [False, True]
+    assert PretrainConfig().tool_call_tokens is False
