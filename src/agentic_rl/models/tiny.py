@@ -308,9 +308,9 @@ def default_tokenizer_corpus(n_lines: int = 3000, seed: int = 0, *, exclude=(), 
     """Text for training the embedded tokenizer: arithmetic lines, synthetic questions and their solutions in the
     answer format, and the system prompt (so the chat scaffolding and ``Final Answer:`` become few tokens).
 
-    ``tool_use`` also adds the agent system prompt and calculator calls as the model writes them, as often as the
-    system prompt: BPE merges only what is frequent, so without them a call's JSON wrapper stays ~48 byte-level
-    tokens (a two-call episode ~200 tokens, longer than the pretraining blocks) instead of ~10.
+    ``tool_use`` also adds the agent system prompt, the role names and calculator calls as the model writes them,
+    each in ``n_lines // 4`` lines: BPE merges only what is frequent, so without them a call's JSON wrapper stays ~48
+    byte-level tokens (the context at an episode's second call ~200 tokens) instead of 18.
 
     Uses the data layer's generators.
     """
