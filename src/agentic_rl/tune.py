@@ -685,13 +685,10 @@ def optimize(config: TuneConfig, space: dict[str, Param], objective: Objective, 
 
 def _stage_system_prompt(stage_cfg: Any) -> str | None:
     """The system message the stage's prompts carry (the environment's with an environment)."""
-    from agentic_rl.data.formats import resolve_system_prompt
+    from agentic_rl.agent.settings import build_environment, environment_system_prompt
 
-    if getattr(stage_cfg, "environment", None) is not None:
-        from agentic_rl.agent.settings import build_environment, environment_system_prompt
-
-        return environment_system_prompt(stage_cfg.system_prompt, build_environment(stage_cfg).example)
-    return resolve_system_prompt(getattr(stage_cfg, "system_prompt", None))
+    env = build_environment(stage_cfg).example if getattr(stage_cfg, "environment", None) is not None else None
+    return environment_system_prompt(getattr(stage_cfg, "system_prompt", None), env)
 
 
 def load_heldout(config: TuneConfig, stage_cfg: Any, n: int) -> list[dict[str, Any]]:

@@ -80,9 +80,9 @@ def build_environment(config: EnvironmentSettings) -> Callable[[], Any]:
     return factory
 
 
-def environment_system_prompt(system_prompt: str | None, env: Any) -> str | None:
-    """The system prompt of an environment's tasks: the config's when set, else the environment's own
-    (``env.system_prompt``), else the project's standard instruction."""
+def environment_system_prompt(system_prompt: str | None, env: Any = None) -> str | None:
+    """The system prompt of a stage's tasks: the config's when set, else the environment's own
+    (``env.system_prompt``; no environment: None), else the project's standard instruction."""
     from agentic_rl.data.formats import resolve_system_prompt
 
     if system_prompt is not None:

@@ -460,11 +460,9 @@ def load_data(config: GRPOConfig, env: Any = None):
     """
     from agentic_rl.agent.settings import environment_system_prompt
     from agentic_rl.data import load_task_dataset, to_rl_dataset
-    from agentic_rl.data.formats import resolve_system_prompt
     from agentic_rl.eval.validation import training_and_validation_rows
 
-    system_prompt = (environment_system_prompt(config.system_prompt, env) if env is not None
-                     else resolve_system_prompt(config.system_prompt))
+    system_prompt = environment_system_prompt(config.system_prompt, env)
     n_heldout = config.eval_samples or 0
     carve = n_heldout > 0 and config.heldout_split == config.split and config.heldout_dataset in (None, config.dataset)
     columns: dict[str, Any] = {"question_field": config.question_field, "answer_field": config.answer_field,

@@ -202,16 +202,11 @@ def validation_rows(config: SFTConfig) -> list[dict[str, Any]]:
     or with an environment the environment's."""
     from agentic_rl.data import to_rl_dataset
 
+    from agentic_rl.agent.settings import build_environment, environment_system_prompt
+
     validation = _task_rows_and_validation(config)[1]
-    if config.environment is not None:
-        from agentic_rl.agent.settings import build_environment, environment_system_prompt
-
-        system_prompt = environment_system_prompt(config.system_prompt, build_environment(config).example)
-    else:
-        from agentic_rl.data.formats import resolve_system_prompt
-
-        system_prompt = resolve_system_prompt(config.system_prompt)
-    return to_rl_dataset(validation, system_prompt).to_list()
+    env = build_environment(config).example if config.environment is not None else None
+    return to_rl_dataset(validation, environment_system_prompt(config.system_prompt, env)).to_list()
 
 
 def build_sft_dataset(config: SFTConfig):
