@@ -1,7 +1,7 @@
 """Evaluate one or more models on a task dataset: accuracy, pass@k, numeric error, error analysis, report.
 
 Algorithm: load the dataset rows (:func:`agentic_rl.data.custom.load_task_dataset`: synthetic, GSM8K from the hub
-or a local folder, or a custom file; ``--max-samples`` draws a seeded random subset), build each prompt with the one
+or a local folder, or a custom file; ``--eval-samples`` draws a seeded random subset), build each prompt with the one
 prompt builder SFT and GRPO use, generate in left-padded, length-sorted batches
 (:func:`agentic_rl.eval.generation.generate_batched`; greedy by default, ``--num-samples n --temperature t`` samples
 n completions per prompt for pass@k), then score every completion with the same functions training uses:
@@ -18,7 +18,7 @@ tools and again without them (:mod:`agentic_rl.eval.episodes`); ``metrics.json``
 Run it::
 
     agentic-rl eval runs/quickstart-agentic/grpo/model --environment calculator --no-tools-in-prompt
-    agentic-rl eval runs/quickstart/sft/model runs/quickstart/grpo/model --dataset synthetic --max-samples 200
+    agentic-rl eval runs/quickstart/sft/model runs/quickstart/grpo/model --dataset synthetic --eval-samples 200
     agentic-rl eval Qwen/Qwen3-0.6B --dataset /data/gsm8k --num-samples 8 --temperature 0.7 --pass-at-k 1,4,8
 
 Outputs (in ``--output-dir``, default ``runs/eval``; one sub-directory per model when several are given)::
