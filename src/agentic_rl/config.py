@@ -235,6 +235,17 @@ def setting(default: Any, help: str, **extra: Any) -> Any:
     return dataclasses.field(**kwargs)
 
 
+def changed_from_default(config: Any, names: typing.Iterable[str]) -> list[str]:
+    """Those of ``names`` whose value in ``config`` (a dataclass instance) differs from the field's default: the
+    settings a user gave, for "X applies only with Y" checks (a value equal to the default cannot be told apart)."""
+    fields = {f.name: f for f in dataclasses.fields(config)}
+
+    def default(f: dataclasses.Field) -> Any:
+        return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+    return [name for name in names if getattr(config, name) != default(fields[name])]
+
+
 def check_range(config: Any, names: str | tuple[str, ...], low: float | None = None, high: float | None = None, *,
                 low_open: bool = False, high_open: bool = False, also: tuple[Any, ...] = (), meaning: str = "") -> None:
     """Raise a one-line :class:`ConfigError` unless each ``config.<name>`` is a finite number in the range.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
-from agentic_rl.config import check_range, setting
+from agentic_rl.config import changed_from_default, check_range, setting
 from agentic_rl.errors import ConfigError
 
 
@@ -43,8 +43,8 @@ class EnvironmentSettings:
         if self.environment is not None and not str(self.environment).strip():
             raise ConfigError("environment must be a name or module:Class; leave it unset for single-turn training")
         if self.environment is None:
-            changed = [f.name for f in fields(EnvironmentSettings)
-                       if f.name != "environment" and getattr(self, f.name) != _default(f)]
+            changed = changed_from_default(self, [f.name for f in fields(EnvironmentSettings)
+                                                  if f.name != "environment"])
             if changed:
                 raise ConfigError(f"{changed[0]} applies to multi-turn episodes only: set environment (e.g. "
                                   f"--environment calculator) or drop {changed[0]}")
@@ -60,19 +60,14 @@ class EnvironmentSettings:
                 "answer_reward": self.answer_reward}
 
 
-def _default(f) -> Any:
-    return f.default_factory() if callable(getattr(f, "default_factory", None)) else f.default
-
-
 def build_environment(config: EnvironmentSettings) -> Callable[[], Any]:
     """A zero-argument factory of fresh environments for ``config`` (one instance is built now, so a bad
     environment or argument fails before anything is written)."""
     from agentic_rl.agent.env import environment_factory
 
     factory = environment_factory(config.environment, config.environment_settings(), dict(config.environment_args))
-    defaults = {f.name: _default(f) for f in fields(EnvironmentSettings)}
-    ignored = [name for name, value in config.environment_settings().items()
-               if name not in factory.settings_used and value != defaults[name]]
+    ignored = changed_from_default(config, [name for name in config.environment_settings()
+                                            if name not in factory.settings_used])
     if ignored:
         takes = ", ".join(sorted(set(config.environment_settings()) & factory.settings_used)) or "none of them"
         raise ConfigError(f"{ignored[0]} does not apply to environment '{config.environment}' (of the common "

@@ -25,11 +25,11 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, save_config,
-                               setting)
+from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, config_to_dict, format_config,
+                               report_to_list, save_config, setting)
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
@@ -102,8 +102,7 @@ class PretrainConfig:
         check_range(self, "vocab_size", 256 + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS) + 1)  # bytes + chat/tool tokens
         check_range(self, ("learning_rate", "epochs"), 0, low_open=True)
         check_range(self, ("warmup_ratio", "copy_fraction"), 0, 1)
-        defaults = {f.name: f.default for f in fields(PretrainConfig)}
-        if self.corpus != "arithmetic+copy" and self.copy_fraction != defaults["copy_fraction"]:  # would be ignored
+        if self.corpus != "arithmetic+copy" and changed_from_default(self, ["copy_fraction"]):  # would be ignored
             raise ConfigError("copy_fraction applies to corpus 'arithmetic+copy' only: set corpus (--corpus "
                               "arithmetic+copy) or drop copy_fraction")
         check_range(self, "weight_decay", 0)

@@ -37,13 +37,13 @@ Run: ``agentic-rl sft --model runs/pretrain/model --output-dir runs/sft`` (add `
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import (SEED_RANGE, check_range, check_retired_value, config_to_dict, format_config,
-                               report_to_list, save_config, setting)
+from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, check_retired_value, config_to_dict,
+                               format_config, report_to_list, save_config, setting)
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
@@ -134,11 +134,10 @@ class SFTConfig(EnvironmentSettings):
                            "skip_tool_fraction"), 0, 1)
         self.check_environment_settings()
         if self.environment is None:
-            defaults = {f.name: f.default for f in fields(SFTConfig)}
-            for name in ("direct_fraction", "skip_tool_fraction"):
-                if getattr(self, name) != defaults[name]:
-                    raise ConfigError(f"{name} applies to environment demonstrations only: set environment (e.g. "
-                                      f"--environment calculator) or drop {name}")
+            changed = changed_from_default(self, ("direct_fraction", "skip_tool_fraction"))
+            if changed:
+                raise ConfigError(f"{changed[0]} applies to environment demonstrations only: set environment (e.g. "
+                                  f"--environment calculator) or drop {changed[0]}")
         else:
             if self.answer_only_fraction or self.answer_first_fraction:
                 raise ConfigError("answer_only_fraction / answer_first_fraction shape single-turn demonstrations: "
