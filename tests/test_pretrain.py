@@ -33,9 +33,10 @@ def test_copy_corpus_option_adds_copy_lines_and_keeps_both_test_splits_out(monke
     excluded = {}
     original = synthetic.copy_corpus
 
-    def recording(n, seed, exclude=()):
+    def recording(n, seed, exclude=(), layout="plain"):
         excluded["questions"] = set(exclude)
-        return original(n, seed, exclude=exclude)
+        excluded["layout"] = layout
+        return original(n, seed, exclude=exclude, layout=layout)
 
     monkeypatch.setattr(synthetic, "copy_corpus", recording)
     lines = build_corpus(PretrainConfig(corpus_lines=2000, exclude_test=300, corpus="arithmetic+copy"))
@@ -45,6 +46,10 @@ def test_copy_corpus_option_adds_copy_lines_and_keeps_both_test_splits_out(monke
     half = build_corpus(PretrainConfig(corpus_lines=2000, exclude_test=300, corpus="arithmetic+copy",
                                        copy_fraction=0.5))
     assert sum(" -> " in line for line in half) == 333
+    called = build_corpus(PretrainConfig(corpus_lines=2000, exclude_test=300, corpus="arithmetic+copy",
+                                         copy_layout="call"))
+    assert excluded["layout"] == "call" and sum('{"expression": "' in line for line in called) >= 900
+    assert not any('{"expression"' in line for line in lines)
     # What is left out is exactly what the stages evaluate on (the same sources, task knobs and seed).
     evaluated = {r["question"] for source in ("synthetic", "synthetic:multiplication")
                  for r in load_task_dataset(source, "test", synthetic_test_size=300).to_list()}
@@ -79,6 +84,11 @@ def test_copy_fraction_without_the_copy_corpus_is_an_error_not_ignored(tmp_path,
     # The default with either corpus, and any share with the copy corpus, are fine.
     assert PretrainConfig().copy_fraction == PretrainConfig(corpus="arithmetic+copy").copy_fraction == 0.75
     assert PretrainConfig(corpus="arithmetic+copy", copy_fraction=0.5).copy_fraction == 0.5
+    # The layout of the copy lines likewise: an error without them, a choice with them.
+    with pytest.raises(ConfigError, match="^copy_layout applies to corpus 'arithmetic\\+copy' only"):
+        PretrainConfig(copy_layout="call")
+    with pytest.raises(ConfigError, match="^copy_layout must be one of plain, call; got 'json'"):
+        PretrainConfig(corpus="arithmetic+copy", copy_layout="json")
 
 
 def test_pack_blocks_are_full_length(tiny_model_dir):

@@ -183,6 +183,29 @@ def test_copy_corpus_lines_are_predictable_only_by_copying_earlier_numbers():
         copy_corpus(10, problem_fraction=1.5)
 
 
+def test_copy_corpus_call_layout_writes_each_step_as_the_calculator_call_arguments():
+    from agentic_rl.agent.tool_format import render_tool_call
+
+    plain = copy_corpus(600, seed=3)
+    call = copy_corpus(600, seed=3, layout="call")
+    step = re.compile(r'(\{"expression": "([^"]+)"\}) (\d+)')
+    assert len(call) == 600 and sum(" -> " in line for line in call) == 200
+    for before, after in zip(plain, call):  # the same lines in the same order, only the steps written differently
+        if " -> " in before:
+            assert after == before
+            continue
+        question, steps = after.rsplit("?", 1)
+        assert question == before.rsplit("?", 1)[0]
+        found = step.findall(steps)
+        assert step.sub("", steps).strip() == "" and found, after
+        assert " ".join(f"{expression}={value}" for _, expression, value in found) == before.rsplit("? ", 1)[1]
+        # the number is copied after the same text as in the agent's tool call
+        for arguments, expression, _ in found:
+            assert arguments in render_tool_call("calculator", {"expression": expression})
+    with pytest.raises(ConfigError, match="copy layout must be one of plain, call"):
+        copy_corpus(10, layout="json")
+
+
 @pytest.mark.parametrize("knobs", [{"kind": "division"}, {"min_steps": 3, "max_steps": 2}, {"ops": ("%",)},
                                    {"max_operand": 1}])
 def test_bad_knobs_are_config_errors(knobs):

@@ -26,6 +26,7 @@ Try it: ``agentic-rl data preview --source synthetic`` / ``agentic-rl data stats
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from dataclasses import dataclass
@@ -479,8 +480,12 @@ def arithmetic_corpus(n_lines: int, seed: int = 0, *, max_operand: int = 99, max
     return [line for block in blocks for line in block]
 
 
+#: How copy_corpus writes a problem's steps: "39*83=3237" or as a calculator call's arguments and its result.
+COPY_LAYOUTS = ("plain", "call")
+
+
 def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
-                exclude: Iterable[str] = ()) -> list[str]:
+                exclude: Iterable[str] = (), layout: str = "plain") -> list[str]:
     """Plain-text pretraining lines that can only be predicted by copying numbers seen earlier in the line.
 
     * problems (``problem_fraction``): a word-problem question (the multiplication and the arithmetic task, half each;
@@ -492,10 +497,15 @@ def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
 
     The model has to look back and copy a number token by token (an induction head) — the skill that tool calls
     need (question -> call arguments, tool result -> next call), learned here on cheap plain text instead of in SFT.
-    Deterministic by seed; exactly ``n_lines`` single-line strings.
+    ``layout="call"`` writes a problem's steps as the calculator's arguments followed by the result
+    (``... in total? {"expression": "39*83"} 3237 {"expression": "3237-5"} 3232``), so that the number is copied
+    after the same tokens as in a tool call: a base that copies after a space can still miss the first digit after
+    the quote. Deterministic by seed; exactly ``n_lines`` single-line strings.
     """
     if not 0 <= problem_fraction <= 1:
         raise ConfigError("problem_fraction must be between 0 and 1")
+    if layout not in COPY_LAYOUTS:
+        raise ConfigError(f"copy layout must be one of {', '.join(COPY_LAYOUTS)}; got {layout!r}")
     rng = random.Random(f"agentic-rl-copy:{seed}")
     n_problems = int(round(n_lines * problem_fraction))
     n_mult = n_problems // 2
@@ -503,7 +513,11 @@ def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
     rows += generate_synthetic(n_problems - n_mult, seed=seed + 6_666_666, exclude=exclude)
     lines = []
     for row in rows:
-        steps = [f"{expression.strip()}={value.strip()}" for expression, value in _ANNOTATION.findall(row["answer"])]
+        pairs = [(expression.strip(), value.strip()) for expression, value in _ANNOTATION.findall(row["answer"])]
+        if layout == "call":
+            steps = [f'{json.dumps({"expression": expression})} {value}' for expression, value in pairs]
+        else:
+            steps = [f"{expression}={value}" for expression, value in pairs]
         lines.append(f"{row['question']} {' '.join(steps)}")
     for _ in range(n_lines - n_problems):
         numbers = " ".join(str(rng.randint(0, 10 ** rng.randint(1, 4) - 1)) for _ in range(rng.randint(2, 5)))

@@ -30,6 +30,7 @@ from typing import Any
 
 from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, config_to_dict, format_config,
                                report_to_list, save_config, setting)
+from agentic_rl.data.synthetic import COPY_LAYOUTS
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
@@ -57,6 +58,9 @@ class PretrainConfig:
     copy_fraction: float = setting(0.75, "with corpus 'arithmetic+copy': share of the lines that are copy lines (two "
                                          "thirds of them questions with their expressions, one third repeated number "
                                          "lists)")
+    copy_layout: str = setting("plain", "with corpus 'arithmetic+copy': how a question's steps are written: 'plain' "
+                                        "(39*83=3237) or 'call' ({\"expression\": \"39*83\"} 3237, numbers copied "
+                                        "after the same tokens as in a tool call)", choices=list(COPY_LAYOUTS))
     exclude_test: int = setting(1000, "keep the first N held-out synthetic test questions (synthetic_seed) out of the "
                                       "corpus")
     synthetic_seed: int = setting(0, "seed of the synthetic task whose test questions are excluded (same for all "
@@ -102,9 +106,12 @@ class PretrainConfig:
         check_range(self, "vocab_size", 256 + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS) + 1)  # bytes + chat/tool tokens
         check_range(self, ("learning_rate", "epochs"), 0, low_open=True)
         check_range(self, ("warmup_ratio", "copy_fraction"), 0, 1)
-        if self.corpus != "arithmetic+copy" and changed_from_default(self, ["copy_fraction"]):  # would be ignored
-            raise ConfigError("copy_fraction applies to corpus 'arithmetic+copy' only: set corpus (--corpus "
-                              "arithmetic+copy) or drop copy_fraction")
+        if self.copy_layout not in COPY_LAYOUTS:
+            raise ConfigError(f"copy_layout must be one of {', '.join(COPY_LAYOUTS)}; got {self.copy_layout!r}")
+        for name in ("copy_fraction", "copy_layout"):
+            if self.corpus != "arithmetic+copy" and changed_from_default(self, [name]):  # would be ignored
+                raise ConfigError(f"{name} applies to corpus 'arithmetic+copy' only: set corpus (--corpus "
+                                  f"arithmetic+copy) or drop {name}")
         check_range(self, "weight_decay", 0)
         check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
 
@@ -125,7 +132,7 @@ def build_corpus(config: PretrainConfig) -> list[str]:
             test_questions += evaluation_questions("synthetic:multiplication", config.exclude_test, config.synthetic_seed)
     lines = arithmetic_corpus(config.corpus_lines - copy_lines, config.seed, exclude=test_questions)
     if copy_lines:
-        lines += copy_corpus(copy_lines, config.seed, exclude=test_questions)
+        lines += copy_corpus(copy_lines, config.seed, exclude=test_questions, layout=config.copy_layout)
         random.Random(config.seed).shuffle(lines)
     return lines
 
