@@ -216,6 +216,15 @@ def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(t
     assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in out.rglob("*")} == before
 
 
+def test_agentic_smoke_preset_pretrains_with_the_full_presets_corpus_and_tokenizer_options():
+    """CI runs the smoke preset: its base is built by the same corpus and tokenizer code as the full preset's."""
+    full = load_pipeline_config(preset_path("quickstart-agentic")).pretrain
+    smoke = load_pipeline_config(preset_path("quickstart-agentic-smoke")).pretrain
+    keys = ("corpus", "copy_layout", "tool_call_tokens")
+    assert {k: smoke[k] for k in keys} == {k: full[k] for k in keys} == {
+        "corpus": "arithmetic+copy", "copy_layout": "call", "tool_call_tokens": True}
+
+
 @pytest.mark.parametrize("preset", ["quickstart", "quickstart-smoke"])
 def test_shipped_presets_resolve_every_stage_section(preset):
     from agentic_rl.pipeline import _check_sections
