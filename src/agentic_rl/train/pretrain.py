@@ -6,8 +6,12 @@ Algorithm:
    where each line starts from the previous result, and word-problem *question* sentences, with no chat format and
    no ``Final Answer`` line. The held-out test questions of the synthetic task are excluded. So the base learns
    arithmetic and the task's vocabulary, but not its question -> worked-answer format (that is SFT's job).
-2. Tokenizer: byte-level BPE trained on that corpus (plus the system prompt and chat scaffolding), one token per
-   digit, Qwen3-shaped chat template (``models/tiny.py``).
+   ``corpus: arithmetic+copy`` replaces a share ``copy_fraction`` of the lines by ``data.synthetic.copy_corpus``
+   lines, which only copying earlier numbers predicts (for the agentic preset, whose tool calls copy numbers); with
+   ``copy_layout: call`` their steps are written as calculator arguments, as in a tool call.
+2. Tokenizer: byte-level BPE trained on that corpus (plus the system prompt and chat scaffolding, and with
+   ``tool_call_tokens`` the agent's tool-call text), one token per digit, Qwen3-shaped chat template
+   (``models/tiny.py``).
 3. Model: a random-init ``Qwen3ForCausalLM`` from a small ``Qwen3Config`` preset (``tiny``: hidden 256, 4 layers,
    ~3.4M parameters with a 1024-token vocabulary), fp32.
 4. Causal-LM training with ``transformers.Trainer`` on the corpus joined by newlines and cut into ``seq_length``
