@@ -112,10 +112,11 @@ class PretrainConfig:
         check_range(self, ("warmup_ratio", "copy_fraction"), 0, 1)
         if self.copy_layout not in COPY_LAYOUTS:
             raise ConfigError(f"copy_layout must be one of {', '.join(COPY_LAYOUTS)}; got {self.copy_layout!r}")
-        for name in ("copy_fraction", "copy_layout"):
-            if self.corpus != "arithmetic+copy" and changed_from_default(self, [name]):  # would be ignored
-                raise ConfigError(f"{name} applies to corpus 'arithmetic+copy' only: set corpus (--corpus "
-                                  f"arithmetic+copy) or drop {name}")
+        copy_settings = ("copy_fraction", "copy_layout")  # ignored without the copy corpus
+        ignored = [] if self.corpus == "arithmetic+copy" else changed_from_default(self, copy_settings)
+        if ignored:
+            raise ConfigError(f"{ignored[0]} applies to corpus 'arithmetic+copy' only: set corpus (--corpus "
+                              f"arithmetic+copy) or drop {ignored[0]}")
         check_range(self, "weight_decay", 0)
         check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
 
