@@ -27,9 +27,7 @@ from agentic_rl.agent.env import make_environment
 from agentic_rl.agent.settings import environment_system_prompt
 from agentic_rl.agent.tool_format import render_tool_call, tool_message
 from agentic_rl.data.custom import load_task_dataset
-from agentic_rl.data.formats import build_prompt
-
-STEP = re.compile(r"<<([^=<>]+)=([^<>]+)>>")
+from agentic_rl.data.formats import CALC_STEP, build_prompt
 
 
 def contexts(tokenizer, rows: list[dict], plain: bool) -> tuple[list[str], list[str]]:
@@ -37,7 +35,7 @@ def contexts(tokenizer, rows: list[dict], plain: bool) -> tuple[list[str], list[
     system_prompt = environment_system_prompt(None, make_environment("calculator"))
     texts, signs = [], []
     for row in rows:
-        steps = STEP.findall(row["answer"])
+        steps = CALC_STEP.findall(row["answer"])
         if len(steps) < 2 or not re.fullmatch(r"\d+[+-]\d+", steps[1][0].strip()):
             continue
         (first, product), (second, _) = [(e.strip(), v.strip()) for e, v in steps[:2]]

@@ -23,20 +23,18 @@ labels are -100 on the prompt, on tool and ``user`` (feedback) messages and on a
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.agent.rollout import encode_episode, prompt_with_observation, reset_episode
 from agentic_rl.agent.tool_format import ChatFormat, render_tool_call, tool_message
-from agentic_rl.data.formats import SYSTEM_PROMPT, build_prompt, format_solution
+from agentic_rl.data.formats import CALC_STEP, SYSTEM_PROMPT, build_prompt, format_solution
 from agentic_rl.errors import DataError
 
 AGENT_SYSTEM_PROMPT = (
     "Solve the math word problem. Use the calculator tool for arithmetic. Write one reasoning step per line, "
     "then finish with a last line of the form 'Final Answer: N'."
 )
-_ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]+)>>")
 
 
 def agent_rows(rows: list[dict[str, Any]], *, tools: bool = True, system_prompt: str | None = None
@@ -68,7 +66,7 @@ def demonstration(row: dict[str, Any], *, tools: bool = True, tool_name: str = "
         raise DataError(f"final_turn must be one of {FINAL_TURNS}, got {final_turn!r}")
     messages: list[dict[str, str]] = []
     if tools:
-        for expression, value in _ANNOTATION.findall(row["answer"]):
+        for expression, value in CALC_STEP.findall(row["answer"]):
             messages.append({"role": "assistant",
                              "content": render_tool_call(tool_name, {"expression": expression.strip()})})
             messages.append(tool_message(tool_name, value.strip()))

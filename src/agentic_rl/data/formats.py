@@ -30,6 +30,8 @@ FINAL_ANSWER_PREFIX = "Final Answer:"
 
 # GSM8K's calculator annotations, e.g. "<<48/2=24>>".
 CALC_ANNOTATION = re.compile(r"<<[^<>]*>>")
+# The same, read as (expression, value): "<<48/2=24>>" -> ("48/2", "24").
+CALC_STEP = re.compile(r"<<([^<>=]+)=([^<>]+)>>")
 
 
 def resolve_system_prompt(setting: str | None) -> str | None:

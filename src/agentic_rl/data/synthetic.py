@@ -28,15 +28,13 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from agentic_rl.data.formats import CALC_STEP
 from agentic_rl.errors import ConfigError, DataError
 
 OPS = ("+", "-", "*", "/")
-#: a step's calculator annotation ``<<39*83=3237>>``: (expression, value)
-_ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]+)>>")
 KINDS = ("arithmetic", "multiplication")
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -513,7 +511,7 @@ def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
     rows += generate_synthetic(n_problems - n_mult, seed=seed + 6_666_666, exclude=exclude)
     lines = []
     for row in rows:
-        pairs = [(expression.strip(), value.strip()) for expression, value in _ANNOTATION.findall(row["answer"])]
+        pairs = [(expression.strip(), value.strip()) for expression, value in CALC_STEP.findall(row["answer"])]
         if layout == "call":
             steps = [f'{json.dumps({"expression": expression})} {value}' for expression, value in pairs]
         else:
