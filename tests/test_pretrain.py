@@ -87,7 +87,7 @@ def test_copy_fraction_without_the_copy_corpus_is_an_error_not_ignored(tmp_path,
     # The layout of the copy lines likewise: an error without them, a choice with them.
     with pytest.raises(ConfigError, match="^copy_layout applies to corpus 'arithmetic\\+copy' only"):
         PretrainConfig(copy_layout="call")
-    with pytest.raises(ConfigError, match="^copy_layout must be one of plain, call; got 'json'"):
+    with pytest.raises(ConfigError, match="^copy_layout must be one of plain, call, answer; got 'json'"):
         PretrainConfig(corpus="arithmetic+copy", copy_layout="json")
 
 

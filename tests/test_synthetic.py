@@ -206,6 +206,25 @@ def test_copy_corpus_call_layout_writes_each_step_as_the_calculator_call_argumen
         copy_corpus(10, layout="json")
 
 
+def test_copy_corpus_answer_layout_writes_the_steps_as_the_task_answer_lines():
+    from agentic_rl.data.gsm8k import parse_gsm8k_answer
+
+    plain = copy_corpus(600, seed=3)
+    answer = copy_corpus(600, seed=3, layout="answer")
+    assert len(answer) == 600 and sum(" -> " in line for line in answer) == 200
+    for before, after in zip(plain, answer):  # the same lines in the same order, only the steps written differently
+        if " -> " in before:
+            assert after == before
+            continue
+        question, *steps = after.split("\n")
+        assert question == before.rsplit("? ", 1)[0] + "?" and steps
+        # '39*83=3237' becomes the line '39 * 83 = 3237', one per step
+        assert [re.sub(r"(?<=\d)([-+*/=])(?=\d)", r" \1 ", step) for step in before.rsplit("? ", 1)[1].split()] == steps
+    # ... which is how the task's own answers (and so SFT's demonstrations) write a step
+    row = generate_synthetic(1, seed=5)[0]
+    assert all(re.fullmatch(r"\d+ [-+*/] \d+ = \d+", step) for step in parse_gsm8k_answer(row["answer"])["steps"])
+
+
 @pytest.mark.parametrize("knobs", [{"kind": "division"}, {"min_steps": 3, "max_steps": 2}, {"ops": ("%",)},
                                    {"max_operand": 1}])
 def test_bad_knobs_are_config_errors(knobs):

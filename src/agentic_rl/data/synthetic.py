@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from agentic_rl.data.formats import CALC_STEP
+from agentic_rl.data.gsm8k import parse_gsm8k_answer
 from agentic_rl.errors import ConfigError, DataError
 
 OPS = ("+", "-", "*", "/")
@@ -478,8 +479,9 @@ def arithmetic_corpus(n_lines: int, seed: int = 0, *, max_operand: int = 99, max
     return [line for block in blocks for line in block]
 
 
-#: How copy_corpus writes a problem's steps: "39*83=3237" or as a calculator call's arguments and its result.
-COPY_LAYOUTS = ("plain", "call")
+#: How copy_corpus writes a problem's steps: "39*83=3237", as a calculator call's arguments and its result, or as
+#: the lines of the task's worked answer ("39 * 83 = 3237", one per line, as SFT demonstrations write them).
+COPY_LAYOUTS = ("plain", "call", "answer")
 
 
 def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
@@ -498,7 +500,9 @@ def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
     ``layout="call"`` writes a problem's steps as the calculator's arguments followed by the result
     (``... in total? {"expression": "39*83"} 3237 {"expression": "3237-5"} 3232``), so that the number is copied
     after the same tokens as in a tool call: a base that copies after a space can still miss the first digit after
-    the quote. Deterministic by seed; exactly ``n_lines`` single-line strings.
+    the quote. ``layout="answer"`` writes them as the worked answer's lines (``... in total?\n39 * 83 = 3237\n3237 - 5 =
+    3232``), the text the single-turn task's demonstrations and answers use. Deterministic by seed; exactly ``n_lines``
+    strings, single-line except in the ``answer`` layout.
     """
     if not 0 <= problem_fraction <= 1:
         raise ConfigError("problem_fraction must be between 0 and 1")
@@ -512,6 +516,9 @@ def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
     lines = []
     for row in rows:
         pairs = [(expression.strip(), value.strip()) for expression, value in CALC_STEP.findall(row["answer"])]
+        if layout == "answer":
+            lines.append("\n".join([row["question"], *parse_gsm8k_answer(row["answer"])["steps"]]))
+            continue
         if layout == "call":
             steps = [f'{json.dumps({"expression": expression})} {value}' for expression, value in pairs]
         else:

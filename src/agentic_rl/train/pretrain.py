@@ -8,7 +8,8 @@ Algorithm:
    arithmetic and the task's vocabulary, but not its question -> worked-answer format (that is SFT's job).
    ``corpus: arithmetic+copy`` replaces a share ``copy_fraction`` of the lines by ``data.synthetic.copy_corpus``
    lines, which only copying earlier numbers predicts (for the agentic preset, whose tool calls copy numbers); with
-   ``copy_layout: call`` their steps are written as calculator arguments, as in a tool call.
+   ``copy_layout: call`` their steps are written as calculator arguments, as in a tool call, with ``answer`` as the
+   lines of a worked answer after the question (``39 * 83 = 3237``), as the single-turn task's answers write them.
 2. Tokenizer: byte-level BPE trained on that corpus (plus the system prompt and chat scaffolding, and with
    ``tool_call_tokens`` the agent's tool-call text), one token per digit, Qwen3-shaped chat template
    (``models/tiny.py``).
@@ -63,8 +64,10 @@ class PretrainConfig:
                                          "thirds of them questions with their expressions, one third repeated number "
                                          "lists)")
     copy_layout: str = setting("plain", "with corpus 'arithmetic+copy': how a question's steps are written: 'plain' "
-                                        "(39*83=3237) or 'call' ({\"expression\": \"39*83\"} 3237, numbers copied "
-                                        "after the same tokens as in a tool call)", choices=list(COPY_LAYOUTS))
+                                        "(39*83=3237), 'call' ({\"expression\": \"39*83\"} 3237, numbers copied "
+                                        "after the same tokens as in a tool call) or 'answer' (lines '39 * 83 = 3237' "
+                                        "after the question, as the single-turn task's answers)",
+                                        choices=list(COPY_LAYOUTS))
     exclude_test: int = setting(1000, "keep the first N held-out synthetic test questions (synthetic_seed) out of the "
                                       "corpus")
     synthetic_seed: int = setting(0, "seed of the synthetic task whose test questions are excluded (same for all "
