@@ -8,6 +8,11 @@ quickstart's SFT learns from demonstrations that mostly state the answer first; 
 to reason first is there for GRPO to find (forced accuracy >> natural accuracy) and whether GRPO found it (natural
 accuracy after GRPO close to the forced one). Prompts are the evaluation's own (``--system-prompt`` as trained:
 the embedded quickstart uses none, ``''``).
+
+Two more columns say why the forced answers are right or wrong: the share whose first equation uses two numbers of
+the question (the model copies the problem into its steps), and the share of all their equations whose stated result
+is right (recomputed with ``rewards.check_equations``: the tiny model's mental arithmetic). The measurements made
+with it are in docs/results-single-turn.md.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from agentic_rl.data.custom import load_task_dataset
 from agentic_rl.data.formats import FINAL_ANSWER_PREFIX, build_prompt, render_prompt, resolve_system_prompt
 from agentic_rl.models.loading import load_model_and_tokenizer
-from agentic_rl.rewards import is_correct
+from agentic_rl.eval.error_analysis import numbers_in, question_numbers
+from agentic_rl.rewards import check_equations, is_correct
 
 
 class ForbidFirstToken(LogitsProcessor):
@@ -33,10 +39,11 @@ class ForbidFirstToken(LogitsProcessor):
         return scores
 
 
-def greedy_accuracy(model, tokenizer, rows, system_prompt, forbid_answer_first: bool, batch_size: int = 50) -> float:
+def greedy_completions(model, tokenizer, rows, system_prompt, forbid_answer_first: bool,
+                       batch_size: int = 50) -> list[str]:
     first_id = tokenizer(FINAL_ANSWER_PREFIX, add_special_tokens=False)["input_ids"][0]
     tokenizer.padding_side = "left"
-    correct = 0
+    completions = []
     for start in range(0, len(rows), batch_size):
         batch = rows[start:start + batch_size]
         texts = [render_prompt(tokenizer, build_prompt(r["question"], system_prompt)) for r in batch]
@@ -46,9 +53,28 @@ def greedy_accuracy(model, tokenizer, rows, system_prompt, forbid_answer_first: 
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=64, do_sample=False, logits_processor=processors,
                                  pad_token_id=tokenizer.pad_token_id)
-        for row, ids in zip(batch, out[:, enc["input_ids"].shape[1]:]):
-            correct += bool(is_correct(tokenizer.decode(ids, skip_special_tokens=True), row["ground_truth"]))
-    return correct / len(rows)
+        completions += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    return completions
+
+
+def accuracy(rows, completions) -> float:
+    return sum(bool(is_correct(c, r["ground_truth"])) for r, c in zip(rows, completions)) / len(rows)
+
+
+def step_checks(rows, completions) -> tuple[float, float]:
+    """(share of completions whose first equation's operands are both numbers of the question, share of all their
+    equations whose stated result is right)."""
+    grounded = with_equation = right = total = 0
+    for row, completion in zip(rows, completions):
+        checks = check_equations(completion)
+        if not checks:
+            continue
+        with_equation += 1
+        operands = numbers_in(checks[0].expression)
+        grounded += len(operands) == 2 and all(n in question_numbers(row["question"]) for n in operands)
+        right += sum(c.ok for c in checks)
+        total += len(checks)
+    return grounded / max(with_equation, 1), right / max(total, 1)
 
 
 def main() -> None:
@@ -61,13 +87,17 @@ def main() -> None:
     rows = load_task_dataset("synthetic", "test", max_samples=args.samples, seed=0)
     rows = rows.to_list() if hasattr(rows, "to_list") else list(rows)
     system_prompt = resolve_system_prompt(None if args.system_prompt == "standard" else args.system_prompt)
-    print(f"| model | greedy | greedy, first token not '{FINAL_ANSWER_PREFIX.split()[0]}' |\n|---|---|---|")
+    first = FINAL_ANSWER_PREFIX.split()[0]
+    print(f"| model | greedy | greedy, first token not '{first}' | ... its first equation from the question's numbers "
+          f"| ... its equations right |\n|---|---|---|---|---|")
     for path in args.models:
         model, tokenizer = load_model_and_tokenizer(path, for_training=False)
         model.eval()
-        natural = greedy_accuracy(model, tokenizer, rows, system_prompt, False)
-        forced = greedy_accuracy(model, tokenizer, rows, system_prompt, True)
-        print(f"| {path} | {natural:.1%} | {forced:.1%} |", flush=True)
+        natural = accuracy(rows, greedy_completions(model, tokenizer, rows, system_prompt, False))
+        forced_completions = greedy_completions(model, tokenizer, rows, system_prompt, True)
+        grounded, arithmetic = step_checks(rows, forced_completions)
+        print(f"| {path} | {natural:.1%} | {accuracy(rows, forced_completions):.1%} | {grounded:.0%} | "
+              f"{arithmetic:.0%} |", flush=True)
 
 
 if __name__ == "__main__":
