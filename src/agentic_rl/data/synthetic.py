@@ -515,10 +515,10 @@ def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
     rows += generate_synthetic(n_problems - n_mult, seed=seed + 6_666_666, exclude=exclude)
     lines = []
     for row in rows:
-        pairs = [(expression.strip(), value.strip()) for expression, value in CALC_STEP.findall(row["answer"])]
         if layout == "answer":
             lines.append("\n".join([row["question"], *parse_gsm8k_answer(row["answer"])["steps"]]))
             continue
+        pairs = [(expression.strip(), value.strip()) for expression, value in CALC_STEP.findall(row["answer"])]
         if layout == "call":
             steps = [f'{json.dumps({"expression": expression})} {value}' for expression, value in pairs]
         else:

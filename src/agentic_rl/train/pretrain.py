@@ -9,7 +9,9 @@ Algorithm:
    ``corpus: arithmetic+copy`` replaces a share ``copy_fraction`` of the lines by ``data.synthetic.copy_corpus``
    lines, which only copying earlier numbers predicts (for the agentic preset, whose tool calls copy numbers); with
    ``copy_layout: call`` their steps are written as calculator arguments, as in a tool call, with ``answer`` as the
-   lines of a worked answer after the question (``39 * 83 = 3237``), as the single-turn task's answers write them.
+   lines of a worked answer after the question (``39 * 83 = 3237``), as the single-turn task's answers write them:
+   the base then sees training questions with their steps, still without chat format or ``Final Answer`` line (the
+   single-turn quickstart's choice: a base that copies the question's numbers into its steps on every seed).
 2. Tokenizer: byte-level BPE trained on that corpus (plus the system prompt and chat scaffolding, and with
    ``tool_call_tokens`` the agent's tool-call text), one token per digit, Qwen3-shaped chat template
    (``models/tiny.py``).
