@@ -1,9 +1,10 @@
 """The post-training ladder in one command: (pretrain) -> eval -> SFT -> eval -> GRPO -> eval -> export -> report.
 
 ``agentic-rl quickstart`` runs the embedded default on CPU with no network: a synthetic GSM8K-style task, a tokenizer
-and tiny Qwen3 base pretrained on arithmetic, SFT with LoRA, GRPO with a verifiable reward, evaluation of every stage
-on the same held-out problems, export, and a report. ``agentic-rl pipeline --config FILE`` runs the same ladder for any
-model and dataset (e.g. ``configs/qwen3-0.6b-gsm8k.yaml``), each stage switchable.
+and tiny Qwen3 base pretrained on arithmetic and worked word problems, SFT, GRPO with a verifiable reward, its
+compute-matched control (more SFT), evaluation of every stage on the same held-out problems, export, and a report.
+``agentic-rl pipeline --config FILE`` runs the same ladder for any model and dataset (e.g.
+``configs/qwen3-0.6b-gsm8k.yaml``), each stage switchable.
 
 Everything lands in one run directory::
 
