@@ -70,8 +70,8 @@ def step_checks(rows, completions) -> tuple[float, float]:
         if not checks:
             continue
         with_equation += 1
-        operands = numbers_in(checks[0].expression)
-        grounded += len(operands) == 2 and all(n in question_numbers(row["question"]) for n in operands)
+        operands, given = numbers_in(checks[0].expression), question_numbers(row["question"])
+        grounded += len(operands) == 2 and all(n in given for n in operands)
         right += sum(c.ok for c in checks)
         total += len(checks)
     return grounded / max(with_equation, 1), right / max(total, 1)
