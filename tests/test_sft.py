@@ -13,7 +13,8 @@ from agentic_rl.config import config_from_args, load_config
 from agentic_rl.errors import ConfigError
 from agentic_rl.train.monitoring import (HealthMonitor, default_rules, grad_explosion, metric_rising,
                                          resolve_report_to)
-from agentic_rl.train.sft import SFTConfig, build_sft_dataset, prepare_model, run
+from agentic_rl.train.sft import (SFTConfig, build_sft_dataset, length_bucketed_order, prepare_model, rows_reached,
+                                  run, sft_trainer, trainer_arguments)
 
 FAST = dict(max_train_samples=48, synthetic_test_size=20, batch_size=8, logging_steps=1,
             report_to="none", max_length=256)
@@ -137,7 +138,7 @@ def test_same_code_path_on_qwen3_shape_with_thinking_template(qwen3_shape_dir, t
     model, tok = load_model_and_tokenizer(result["adapter_dir"], for_training=False)
     # Token alignment under the thinking template: the loss-masked part of each training sequence is exactly the
     # prompt as evaluation renders it (empty think block included), and the trained part is the completion.
-    for row, trained in zip(build_sft_dataset(cfg), kept.rows):
+    for row, trained in zip(rows_reached(build_sft_dataset(cfg), cfg), kept.rows):
         prompt_ids = tok(render_prompt(tok, row["prompt"]), add_special_tokens=False)["input_ids"]
         labels = list(trained["labels"])  # TRL 1.16 builds them in dataset preparation: -100 where no loss
         start = next(i for i, label in enumerate(labels) if label != -100)
@@ -151,6 +152,72 @@ def test_same_code_path_on_qwen3_shape_with_thinking_template(qwen3_shape_dir, t
     assert tok.decode(enc["input_ids"][0]).endswith("<think>\n\n</think>\n\n")
     out = model.generate(**enc, max_new_tokens=3, do_sample=False)
     assert out.shape[1] == enc["input_ids"].shape[1] + 3 or out[0, -1].item() == tok.eos_token_id
+
+
+def test_only_the_rows_the_steps_reach_are_kept(monkeypatch):
+    steps = {**FAST, "max_steps": 3, "batch_size": 4, "gradient_accumulation_steps": 2}  # 24 of the 48 rows
+    cfg = SFTConfig(**steps)
+    rows = build_sft_dataset(cfg)
+    rows = rows.add_column("row", list(range(len(rows))))
+
+    def kept(config):
+        return rows_reached(rows, config)["row"]
+
+    picked = kept(cfg)
+    assert len(rows) == 48 and len(picked) == 24 and len(set(picked)) == 24
+    assert picked == sorted(picked) and picked != list(range(24))  # a random subset, in the data's order
+    assert kept(cfg) == picked and kept(SFTConfig(**steps, seed=1)) != picked
+    assert kept(SFTConfig(**FAST)) == list(range(48))  # by epochs: every row
+    assert kept(SFTConfig(**{**steps, "max_steps": 7})) == list(range(48))  # 56 rows wanted, 48 there
+    monkeypatch.setenv("WORLD_SIZE", "2")  # each of 2 processes takes its own rows every step
+    assert len(kept(cfg)) == 48
+
+
+def test_group_by_length_cuts_the_padding_of_the_same_rows(tiny_model_dir, tmp_path):
+    def batches(group_by_length):
+        # 50 batches of 8: one group sorted by length
+        cfg = SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), max_steps=50,
+                        group_by_length=group_by_length, **{**FAST, "max_train_samples": 400})
+        model, tok = prepare_model(cfg)
+        trainer = sft_trainer(cfg, model=model, args=trainer_arguments(cfg, tmp_path, ["none"], 1),
+                              train_dataset=rows_reached(build_sft_dataset(cfg), cfg), processing_class=tok)
+        return [b["attention_mask"] for b in trainer.get_train_dataloader()]
+
+    def padding_share(masks):
+        return 1 - sum(m.sum().item() for m in masks) / sum(m.numel() for m in masks)
+
+    def row_lengths(masks):
+        return sorted(length for m in masks for length in m.sum(dim=1).tolist())
+
+    shuffled, grouped = batches(False), batches(True)
+    assert row_lengths(grouped) == row_lengths(shuffled)  # the same rows, batched differently
+    assert padding_share(grouped) < padding_share(shuffled) / 2, (padding_share(grouped), padding_share(shuffled))
+
+
+def test_length_buckets_hold_similar_lengths_in_random_order():
+    import random
+
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    rng = random.Random(0)
+    lengths = [rng.randint(10, 100) for _ in range(1003)]
+
+    def batches(order):
+        return [order[i:i + 8] for i in range(0, len(order), 8)]
+
+    def share_getting_shorter(order):  # of consecutive full batches, how often the next one is shorter
+        longest = [max(lengths[i] for i in batch) for batch in batches(order) if len(batch) == 8]
+        return sum(b < a for a, b in zip(longest, longest[1:])) / (len(longest) - 1)
+
+    order = length_bucketed_order(lengths, 8, torch.Generator().manual_seed(0))
+    assert sorted(order) == list(range(1003)) and len(batches(order)[-1]) == 3  # every row once, the rest last
+    spread = [max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches(order)[:-1]]
+    assert max(spread) <= 10 and sum(spread) / len(spread) < 3  # random batches: about 70 apart
+    assert order == length_bucketed_order(lengths, 8, torch.Generator().manual_seed(0))
+    assert order != length_bucketed_order(lengths, 8, torch.Generator().manual_seed(1))
+    # transformers' grouping runs from long to short within each group of 50 batches; this order has no such cycle
+    grouped = get_length_grouped_indices(lengths, 8, generator=torch.Generator().manual_seed(0))
+    assert share_getting_shorter(grouped) > 0.9 and 0.35 < share_getting_shorter(order) < 0.65
 
 
 def test_interrupted_run_resumes_from_last_checkpoint(tiny_model_dir, tmp_path):

@@ -9,7 +9,9 @@ Algorithm:
    ``answer_first_fraction`` state the final answer before the steps.
 2. Tokenization (TRL): the prompt with the chat template's generation prompt, then prompt + completion; the loss
    covers the completion tokens only, including the template's end-of-turn token ``<|im_end|>`` (the EOS), so the
-   model learns to stop.
+   model learns to stop. With ``max_steps`` set, only the rows those steps reach are tokenized (a seeded random
+   subset, :func:`rows_reached`). Batches are padded to their longest row; ``group_by_length`` batches rows of
+   similar length, in random batch order (:func:`length_bucketed_order`), so that less of each step is padding.
 3. Model: any causal LM (``models.load_model_and_tokenizer``). LoRA (rank ``lora_r``, scale ``lora_alpha``/r,
    dropout, on q/k/v/o projections, optionally the MLP's gate/up/down) unless ``full`` is set.
 4. Optimisation: AdamW, linear warm-up over the first ``warmup_ratio`` of the steps, then linear decay to 0 (the
@@ -36,6 +38,7 @@ Run: ``agentic-rl sft --model runs/pretrain/model --output-dir runs/sft`` (add `
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +102,8 @@ class SFTConfig(EnvironmentSettings):
     weight_decay: float = setting(0.0, "AdamW weight decay")
     max_grad_norm: float = setting(1.0, "gradient clipping norm")
     max_length: int = setting(512, "truncate prompt + completion to N tokens")
+    group_by_length: bool = setting(False, "batch rows of similar length together, the batches in random order: "
+                                           "less padding, so faster steps when row lengths vary")
     answer_only_fraction: float = setting(0.0, "share of demonstrations showing only the final answer, no steps "
                                                "(imperfect demonstrations)")
     answer_first_fraction: float = setting(0.0, "share of demonstrations stating the final answer first, then the "
@@ -218,6 +223,61 @@ def build_sft_dataset(config: SFTConfig):
                         answer_first_fraction=config.answer_first_fraction, seed=config.seed)
     kwargs = {"enable_thinking": config.enable_thinking}
     return ds.map(lambda _: {"chat_template_kwargs": kwargs})
+
+
+def rows_reached(dataset, config: SFTConfig):
+    """The rows ``max_steps`` will reach: a seeded random subset when the data holds more (the trainer would draw
+    that many at random anyway), so that TRL does not tokenize rows no step uses; all rows when training by epochs."""
+    from agentic_rl.data.gsm8k import sample_indices
+
+    if config.max_steps < 0:
+        return dataset
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    needed = config.max_steps * config.batch_size * config.gradient_accumulation_steps * world
+    if len(dataset) <= needed:
+        return dataset
+    return dataset.select(sample_indices(len(dataset), needed, config.seed))
+
+
+def length_bucketed_order(lengths: list[int], batch_size: int, generator, group_batches: int = 50) -> list[int]:
+    """Row indices such that each run of ``batch_size`` holds rows of similar length, the batches in random order.
+
+    The rows are shuffled and cut into groups of ``group_batches`` batches; each group is sorted by length and cut into
+    batches; then every full batch of every group is shuffled together (a last, partial batch stays last).
+    transformers' ``LengthGroupedSampler`` keeps each group's batches sorted, longest first, so that the steps go
+    from long to short problems in cycles of 50; here no step's length follows from the one before."""
+    import torch
+
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    group = group_batches * batch_size
+    batches: list[list[int]] = []
+    for start in range(0, len(order), group):
+        rows = sorted(order[start:start + group], key=lengths.__getitem__)
+        batches += [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+    partial = [b for b in batches if len(b) < batch_size]
+    full = [b for b in batches if len(b) == batch_size]
+    shuffled = [full[i] for i in torch.randperm(len(full), generator=generator).tolist()]
+    return [i for batch in shuffled + partial for i in batch]
+
+
+class LengthBucketSampler:
+    """The row order of :func:`length_bucketed_order` for the trainer's dataloader, reshuffled every epoch
+    (``set_epoch``, called by the trainer) from the run's seed, so that a resumed run sees the same order."""
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int):
+        self.lengths, self.batch_size, self.seed, self.epoch = lengths, batch_size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        import torch
+
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(length_bucketed_order(self.lengths, self.batch_size, generator))
 
 
 def build_environment_dataset(config: SFTConfig, env_factory, tokenizer):
@@ -358,6 +418,22 @@ def trainer_arguments(config: SFTConfig, out: Path, report_to: list[str], n_para
     )
 
 
+def sft_trainer(config: SFTConfig, **kwargs):
+    """TRL's ``SFTTrainer`` (``kwargs`` as its own), drawing batches with :class:`LengthBucketSampler` when
+    ``group_by_length`` is set."""
+    import trl
+
+    class Trainer(trl.SFTTrainer):
+        def _get_train_sampler(self, train_dataset=None):
+            dataset = self.train_dataset if train_dataset is None else train_dataset
+            if not config.group_by_length:
+                return super()._get_train_sampler(train_dataset)
+            return LengthBucketSampler([len(ids) for ids in dataset["input_ids"]], self.args.train_batch_size,
+                                       self.args.seed)
+
+    return Trainer(**kwargs)
+
+
 def save_outputs(trainer, tokenizer, out: Path, *, full: bool, merge: bool) -> dict[str, str | None]:
     """``<run>/adapter`` (LoRA runs) and ``<run>/model`` (always for full runs; LoRA runs unless merge=False)."""
     from peft import PeftModel
@@ -392,8 +468,6 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
 
     ``callbacks`` are extra ``TrainerCallback``s (tests, hyper-parameter search pruning).
     """
-    import trl
-
     from agentic_rl.models.loading import count_parameters
     from agentic_rl.train.monitoring import HealthCallback, MetricsCallback, MetricsLogger, resolve_report_to
 
@@ -411,6 +485,9 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
 
         env_factory = build_environment(config)  # a bad environment or argument fails here, before any output
     dataset = build_sft_dataset(config) if env_factory is None else None
+    rows_available = len(dataset) if dataset is not None else None
+    if dataset is not None:
+        dataset = rows_reached(dataset, config)
     model, tokenizer = prepare_model(config)
     if env_factory is not None:
         dataset, counts = build_environment_dataset(config, env_factory, tokenizer)
@@ -423,14 +500,17 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     n_train, n_total = count_parameters(model)
     args = trainer_arguments(config, out, ["none"], n_total)  # metrics go through metrics_logger
     health = HealthCallback()
-    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                             callbacks=[health, MetricsCallback(metrics_logger, "sft"), *(callbacks or [])])
+    trainer = sft_trainer(config, model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                          callbacks=[health, MetricsCallback(metrics_logger, "sft"), *(callbacks or [])])
     steps = trainer.args.max_steps if trainer.args.max_steps > 0 else None
     device = next(model.parameters()).device
+    rows_note = f"{len(dataset)} rows"
+    if rows_available not in (None, len(dataset)):
+        rows_note += f" (of {rows_available}: those {config.max_steps} steps reach)"
     log(f"sft resolved: {'full fine-tuning' if config.full else f'LoRA r={config.lora_r} alpha={config.lora_alpha} on ' + ','.join(config.target_modules)}; "
         f"trainable {n_train:,} of {n_total:,} parameters ({n_train / max(n_total, 1):.2%}); device {device.type}, "
         f"dtype {next(model.parameters()).dtype}, bf16 {args.bf16}, activation checkpointing "
-        f"{args.activation_checkpointing}; {len(dataset)} rows, batch {config.batch_size} x accum "
+        f"{args.activation_checkpointing}; {rows_note}, {'grouped by length, ' if config.group_by_length else ''}batch {config.batch_size} x accum "
         f"{config.gradient_accumulation_steps}, "
         f"{'steps ' + str(steps) if steps else f'epochs {config.epochs:g}'}, lr {config.learning_rate:g} "
         f"({config.lr_scheduler_type}, warm-up {config.warmup_ratio:.0%})")
