@@ -227,7 +227,9 @@ def build_sft_dataset(config: SFTConfig):
 
 def rows_reached(dataset, config: SFTConfig):
     """The rows ``max_steps`` will reach: a seeded random subset when the data holds more (the trainer would draw
-    that many at random anyway), so that TRL does not tokenize rows no step uses; all rows when training by epochs."""
+    that many at random anyway), so that TRL does not tokenize rows no step uses; all rows when training by epochs.
+    The same settings give the same subset, so ``--resume`` continues the same batches; a resume that raises
+    ``max_steps`` draws a new, larger subset (its remaining steps see other batches than the first run would have)."""
     from agentic_rl.data.gsm8k import sample_indices
 
     if config.max_steps < 0:
