@@ -220,6 +220,19 @@ def test_length_buckets_hold_similar_lengths_in_random_order():
     assert share_getting_shorter(grouped) > 0.9 and 0.35 < share_getting_shorter(order) < 0.65
 
 
+def test_a_resumed_length_bucketed_run_ends_with_the_uninterrupted_weights(tiny_model_dir, tmp_path):
+    settings = dict(model=str(tiny_model_dir), full=True, max_steps=4, save_steps=2, learning_rate=1e-3,
+                    group_by_length=True, **{**FAST, "max_train_samples": 200})
+    whole = run(SFTConfig(output_dir=str(tmp_path / "whole"), **settings))
+    with pytest.raises(KeyboardInterrupt):
+        run(SFTConfig(output_dir=str(tmp_path / "cut"), **settings), callbacks=[StopAt(3)])
+    resumed = run(SFTConfig(output_dir=str(tmp_path / "cut"), resume=True, **settings))
+    assert resumed["metrics"]["resumed_from"].endswith("checkpoint-2")
+    expected = load_file(f"{whole['model_dir']}/model.safetensors")
+    got = load_file(f"{resumed['model_dir']}/model.safetensors")
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+
+
 def test_interrupted_run_resumes_from_last_checkpoint(tiny_model_dir, tmp_path):
     cfg = SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), max_steps=4, save_steps=2,
                     learning_rate=1e-3, **FAST)
