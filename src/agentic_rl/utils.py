@@ -43,6 +43,11 @@ def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+def world_size() -> int:
+    """Processes training together (``accelerate launch`` / torchrun set ``WORLD_SIZE``; 1 otherwise)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def supports_bf16() -> bool:
     import torch
 

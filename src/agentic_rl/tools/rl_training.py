@@ -468,6 +468,7 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         import os
 
         from agentic_rl.config import config_from_dict, config_to_dict
+        from agentic_rl.utils import world_size
 
         book = bool(params.keys() & BOOK_ONLY["train"])
         if book:
@@ -509,7 +510,7 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             # TRL's GRPO runs for max_steps; the book's epochs over P prompts take P x G completions each, and an
             # optimizer step consumes batch_size x gradient_accumulation_steps of them (per device).
             prompts = len(module.load_data(config)[0])
-            per_step = config.batch_size * config.gradient_accumulation_steps * int(os.environ.get("WORLD_SIZE", "1"))
+            per_step = config.batch_size * config.gradient_accumulation_steps * world_size()
             steps = max(1, math.ceil(num_epochs * prompts * config.num_generations * config.num_iterations / per_step))
             config = config_from_dict(cls, {**params, "max_steps": steps}, from_string=True, where=where)
             book_info["dataset_size"] = prompts

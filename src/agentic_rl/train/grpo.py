@@ -117,7 +117,8 @@ from agentic_rl.eval.validation import SYNTHETIC_TRAIN_ROWS_AFTER_CARVING
 from agentic_rl.models.fingerprint import weights_fingerprint, write_base_fingerprint
 from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.train.signal import check_signal_settings
-from agentic_rl.utils import append_jsonl, has_gpu, log, read_jsonl, set_seed, supports_bf16, warn, write_json
+from agentic_rl.utils import (append_jsonl, has_gpu, log, read_jsonl, set_seed, supports_bf16, warn, world_size,
+                              write_json)
 
 SYNTHETIC_TEST_GUARD = 2000
 LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
@@ -317,7 +318,7 @@ class GRPOConfig(EnvironmentSettings):
                               "completions of the same prompt")
         if self.generation_batch_size is not None and self.steps_per_generation is not None:
             raise ConfigError("set generation_batch_size or steps_per_generation, not both")
-        world = int(os.environ.get("WORLD_SIZE", "1"))
+        world = world_size()
         step_batch = self.batch_size * world
         if self.generation_batch_size is not None:
             gen = self.generation_batch_size

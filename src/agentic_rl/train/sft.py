@@ -38,7 +38,6 @@ Run: ``agentic-rl sft --model runs/pretrain/model --output-dir runs/sft`` (add `
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +49,7 @@ from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, ch
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
-from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, warn, write_json
+from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, warn, world_size, write_json
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
@@ -234,8 +233,7 @@ def rows_reached(dataset, config: SFTConfig):
 
     if config.max_steps < 0:
         return dataset
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    needed = config.max_steps * config.batch_size * config.gradient_accumulation_steps * world
+    needed = config.max_steps * config.batch_size * config.gradient_accumulation_steps * world_size()
     if len(dataset) <= needed:
         return dataset
     return dataset.select(sample_indices(len(dataset), needed, config.seed))
@@ -425,15 +423,16 @@ def sft_trainer(config: SFTConfig, **kwargs):
     ``group_by_length`` is set."""
     import trl
 
-    class Trainer(trl.SFTTrainer):
+    if not config.group_by_length:
+        return trl.SFTTrainer(**kwargs)
+
+    class LengthBucketTrainer(trl.SFTTrainer):
         def _get_train_sampler(self, train_dataset=None):
             dataset = self.train_dataset if train_dataset is None else train_dataset
-            if not config.group_by_length:
-                return super()._get_train_sampler(train_dataset)
             return LengthBucketSampler([len(ids) for ids in dataset["input_ids"]], self.args.train_batch_size,
                                        self.args.seed)
 
-    return Trainer(**kwargs)
+    return LengthBucketTrainer(**kwargs)
 
 
 def save_outputs(trainer, tokenizer, out: Path, *, full: bool, merge: bool) -> dict[str, str | None]:
@@ -486,9 +485,10 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         from agentic_rl.agent.settings import build_environment
 
         env_factory = build_environment(config)  # a bad environment or argument fails here, before any output
-    dataset = build_sft_dataset(config) if env_factory is None else None
-    rows_available = len(dataset) if dataset is not None else None
-    if dataset is not None:
+    dataset = rows_available = None
+    if env_factory is None:
+        dataset = build_sft_dataset(config)
+        rows_available = len(dataset)
         dataset = rows_reached(dataset, config)
     model, tokenizer = prepare_model(config)
     if env_factory is not None:
