@@ -4,8 +4,12 @@ Both sides run our GRPO stage (:func:`agentic_rl.train.grpo.run`) with the quick
 ``grpo:`` section of ``configs/quickstart.yaml``: the tiny preset, group size, completion length, learning rate,
 temperature, rewards, system prompt) on the same model and prompts, and differ only in ``generation_backend``:
 
-* ``before``: ``trl``, TRL 1.16's default sampling (``model.generate`` on the padded generation batch) — today's.
-* ``after``: the tiny preset's default now, ``compact`` (the project's decode loop through TRL's ``rollout_func``).
+* ``before``: TRL 1.16's own step: its sampling (``generation_backend: trl``, ``model.generate`` on the padded
+  generation batch) and its log-prob passes over the whole padded batch (``logprob_chunk_rows: 0``).
+* ``after``: the tiny preset's defaults: ``compact`` sampling (the project's decode loop through TRL's
+  ``rollout_func``) and log-probs in length-sorted chunks of 8 rows cut to the columns they use
+  (``train/logprobs.py``).
+* ``sampling-only``: ``compact`` sampling with TRL's log-prob passes (what each of the two changes gives).
 * ``--also``: TRL's other transformers options for the record: ``trl-static`` (``cache_implementation: static``)
   and ``trl-continuous`` (``use_transformers_continuous_batching``, paged attention).
 
@@ -31,10 +35,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 VARIANTS = {
-    "before": {"generation_backend": "trl"},
+    "before": {"generation_backend": "trl", "logprob_chunk_rows": 0},
     "after": {},  # the preset's default
-    "trl-static": {"generation_backend": "trl", "trl_args": {"cache_implementation": "static"}},
-    "trl-continuous": {"generation_backend": "trl", "trl_args": {"use_transformers_continuous_batching": True}},
+    "sampling-only": {"logprob_chunk_rows": 0},
+    "trl-static": {"generation_backend": "trl", "logprob_chunk_rows": 0,
+                   "trl_args": {"cache_implementation": "static"}},
+    "trl-continuous": {"generation_backend": "trl", "logprob_chunk_rows": 0,
+                       "trl_args": {"use_transformers_continuous_batching": True}},
 }
 
 
@@ -84,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="the GRPO start model (the quickstart's: runs/quickstart/sft/model)")
     parser.add_argument("--steps", type=int, default=5, help="GRPO steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="runs per variant (alternating order)")
-    parser.add_argument("--also", default="", help="extra variants, comma list of trl-static, trl-continuous")
+    parser.add_argument("--also", default="", help="extra variants, comma list of sampling-only, trl-static, "
+                        "trl-continuous")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1; 0 = torch's default)")
     args = parser.parse_args(argv)
     variants = ["before", "after", *[v for v in args.also.split(",") if v]]

@@ -145,11 +145,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "default": dict(learning_rate=1e-5, full_learning_rate=3e-6, max_steps=300, num_generations=8, batch_size=16,
                     gradient_accumulation_steps=4, max_completion_length=256, temperature=0.9,
                     heldout_every=50, eval_samples=100, save_steps=50, lora_r=16, lora_alpha=32,
-                    generation_backend="trl"),
+                    generation_backend="trl", logprob_chunk_rows=0),
     "tiny": dict(learning_rate=3e-4, full_learning_rate=3e-5, max_steps=40, num_generations=8, batch_size=64,
                  gradient_accumulation_steps=1, max_completion_length=64, temperature=1.0,
                  heldout_every=10, eval_samples=64, save_steps=20, lora_r=64, lora_alpha=128,
-                 generation_backend="compact"),
+                 generation_backend="compact", logprob_chunk_rows=8),
 }
 
 
@@ -229,6 +229,10 @@ class GRPOConfig(EnvironmentSettings):
         None, "how completions are sampled without vLLM: 'trl' (TRL's model.generate on a padded batch) or "
         "'compact' (the project's decode loop, which drops each completion from the batch as it ends, through "
         "TRL's rollout_func hook)", choices=GENERATION_BACKENDS)
+    logprob_chunk_rows: int | None = setting(
+        None, "rows per forward pass when scoring completions (the loss, the reference's and the old policy's "
+        "log-probs): rows sorted by length, each pass cut to the columns its rows use, so little padding is "
+        "computed (train/logprobs.py); 0 = TRL's passes over the whole padded batch")
     vllm_mode: str = setting("colocate", "vLLM integration: 'colocate' (same GPU) or 'server' (trl vllm-serve)",
                         choices=["colocate", "server"])
     vllm_gpu_memory_utilization: float = setting(0.3, "GPU memory fraction vLLM may use in colocate mode")
@@ -302,7 +306,7 @@ class GRPOConfig(EnvironmentSettings):
                            "num_iterations", "logging_steps", "save_steps", "save_total_limit", "max_train_samples",
                            "generation_batch_size", "steps_per_generation", "completions_per_log"), 1)
         check_range(self, ("heldout_every", "eval_samples"), 0)  # 0: no held-out evaluation
-        check_range(self, ("completions_every", "top_k", "kl_warmup_steps"), 0)
+        check_range(self, ("completions_every", "top_k", "kl_warmup_steps", "logprob_chunk_rows"), 0)
         check_range(self, ("learning_rate", "temperature", "epsilon_high", "kl_high"), 0, low_open=True)
         check_range(self, "epsilon", 0, 1, low_open=True, high_open=True)
         check_range(self, ("beta", "weight_decay", "max_grad_norm", "kl_low"), 0)  # max_grad_norm 0: no clipping
@@ -929,7 +933,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         monitor.restore_best()
     trainer_kwargs = dict(model=model, reward_funcs=funcs, args=trl_arguments(config, out, weights),
                           train_dataset=train, processing_class=tokenizer, peft_config=peft_config_for(config),
-                          callbacks=[monitor, *(callbacks or [])])
+                          callbacks=[monitor, *(callbacks or [])], logprob_chunk_rows=config.logprob_chunk_rows)
     rollout_func = None
     if env_factory is not None:
         rollout_func = episode_rollout(config, env_factory, train.to_list(), out)

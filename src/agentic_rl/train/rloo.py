@@ -60,9 +60,12 @@ def trl_config_class():
 
 
 def trainer_class():
+    """TRL's ``RLOOTrainer`` with the length-sorted log-prob passes (``logprob_chunk_rows``, train/logprobs.py)."""
     from trl import RLOOTrainer
 
-    return RLOOTrainer
+    from agentic_rl.train.logprobs import LengthSortedScoring
+
+    return type("RLOOTrainer", (LengthSortedScoring, RLOOTrainer), {"__module__": __name__})
 
 
 def rloo_arguments(grpo_kwargs: dict[str, Any]):
@@ -106,9 +109,10 @@ def make_rloo_rollout_trainer_class():
     from trl import GRPOTrainer
     from trl.models.utils import disable_gradient_checkpointing
 
+    from agentic_rl.train.logprobs import LengthSortedScoring
     from agentic_rl.train.monitoring import trl_generation_log
 
-    class RLOORolloutTrainer(GRPOTrainer):
+    class RLOORolloutTrainer(LengthSortedScoring, GRPOTrainer):
         """GRPOTrainer's generation and rollouts, RLOOTrainer's advantage and loss (see the factory's docstring)."""
 
         def __init__(self, *args, **kwargs):

@@ -144,15 +144,19 @@ def tokenize_demonstrations(tokenizer, sft_rows: list[dict[str, Any]], max_lengt
 
 
 def make_signal_trainer_class():
-    """``SignalGRPOTrainer``: TRL's ``GRPOTrainer`` plus refill and the SFT anchor (built lazily: TRL is heavy)."""
+    """``SignalGRPOTrainer``: TRL's ``GRPOTrainer`` plus refill, the SFT anchor and length-sorted log-prob passes
+    (built lazily: TRL is heavy)."""
     import torch
     from trl import GRPOTrainer
 
-    class SignalGRPOTrainer(GRPOTrainer):
+    from agentic_rl.train.logprobs import LengthSortedScoring
+
+    class SignalGRPOTrainer(LengthSortedScoring, GRPOTrainer):
         """GRPOTrainer with zero-variance group refill and an optional SFT anchor loss (see the module docstring).
 
         ``refill_max_draws``: extra generation rounds per batch (0 = off). ``sft_demonstrations``: tokenized
         demonstrations from :func:`tokenize_demonstrations`; ``sft_loss_weight``: their weight (0 = off).
+        ``logprob_chunk_rows``: :class:`~agentic_rl.train.logprobs.LengthSortedScoring`'s (0 = TRL's passes).
         """
 
         def __init__(self, *args, refill_max_draws: int = 0, sft_loss_weight: float = 0.0,
