@@ -13,8 +13,8 @@ from agentic_rl.config import config_from_args, load_config
 from agentic_rl.errors import ConfigError
 from agentic_rl.train.monitoring import (HealthMonitor, default_rules, grad_explosion, metric_rising,
                                          resolve_report_to)
-from agentic_rl.train.sft import (SFTConfig, build_sft_dataset, length_bucketed_order, prepare_model, rows_reached,
-                                  run, sft_trainer, trainer_arguments)
+from agentic_rl.train.sft import (SFTConfig, build_sft_dataset, length_bucketed_order, length_sorted_steps,
+                                  prepare_model, rows_reached, run, sft_trainer, trainer_arguments)
 
 FAST = dict(max_train_samples=48, synthetic_test_size=20, batch_size=8, logging_steps=1,
             report_to="none", max_length=256)
@@ -192,6 +192,76 @@ def test_group_by_length_cuts_the_padding_of_the_same_rows(tiny_model_dir, tmp_p
     shuffled, grouped = batches(False), batches(True)
     assert row_lengths(grouped) == row_lengths(shuffled)  # the same rows, batched differently
     assert padding_share(grouped) < padding_share(shuffled) / 2, (padding_share(grouped), padding_share(shuffled))
+
+
+def _step_batches(cfg, tmp_path):
+    """The per-device batches (their attention masks and row ids) the real trainer's dataloader draws for ``cfg``,
+    grouped by optimizer step."""
+    model, tok = prepare_model(cfg)
+    rows = rows_reached(build_sft_dataset(cfg), cfg)
+    trainer = sft_trainer(cfg, model=model, args=trainer_arguments(cfg, tmp_path, ["none"], 1),
+                          train_dataset=rows, processing_class=tok)
+    passes = list(trainer.get_train_dataloader())
+    per_step = trainer.args.gradient_accumulation_steps
+    return [passes[i:i + per_step] for i in range(0, len(passes), per_step)]
+
+
+def test_micro_batches_split_each_step_of_the_same_rows_by_length(tiny_model_dir, tmp_path):
+    def steps(micro_batches):
+        cfg = SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), micro_batches=micro_batches,
+                        **{**FAST, "max_train_samples": 400, "batch_size": 16})
+        return _step_batches(cfg, tmp_path)
+
+    def rows(step):  # each row's token ids: which rows the step trains on, whatever their padding
+        return sorted(tuple(ids[m.bool()].tolist()) for b in step for ids, m in zip(b["input_ids"], b["attention_mask"]))
+
+    def padding_share(all_steps):
+        masks = [b["attention_mask"] for step in all_steps for b in step]
+        return 1 - sum(m.sum().item() for m in masks) / sum(m.numel() for m in masks)
+
+    whole, split = steps(1), steps(4)
+    assert len(whole) == len(split) == 25 and all(len(step) == 4 and len(step[0]["input_ids"]) == 4 for step in split)
+    assert [rows(a) for a in whole] == [rows(b) for b in split]  # every step: the same rows as in random order
+    for step in split:  # sorted within the step: each pass's rows are no longer than the next pass's
+        lengths = [m.sum(dim=1).tolist() for m in (b["attention_mask"] for b in step)]
+        assert all(max(a) <= min(b) for a, b in zip(lengths, lengths[1:]))
+    assert padding_share(split) < padding_share(whole) / 2, (padding_share(split), padding_share(whole))
+
+
+def test_micro_batches_give_the_weights_of_whole_batches(tiny_model_dir, tmp_path):
+    """The loss is normalised over the step's tokens (transformers' num_items_in_batch), not per pass: two steps
+    split into 4 length-sorted passes end with the weights of two steps of whole batches."""
+    settings = dict(model=str(tiny_model_dir), full=True, max_steps=2, learning_rate=1e-3,
+                    **{**FAST, "batch_size": 16})
+    whole = run(SFTConfig(output_dir=str(tmp_path / "whole"), **settings))
+    split = run(SFTConfig(output_dir=str(tmp_path / "split"), micro_batches=4, **settings))
+    start = load_file(f"{tiny_model_dir}/model.safetensors")
+    expected = load_file(f"{whole['model_dir']}/model.safetensors")
+    got = load_file(f"{split['model_dir']}/model.safetensors")
+    assert expected.keys() == got.keys()
+    moved = max((expected[k] - start[k]).abs().max().item() for k in expected if k in start)
+    assert moved > 1e-4
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], atol=1e-5, rtol=1e-4)
+
+
+def test_length_sorted_steps_keep_the_random_order_of_rows_per_step():
+    lengths = [(7 * i) % 23 for i in range(50)]
+    order = length_sorted_steps(lengths, 8, torch.Generator().manual_seed(3))
+    shuffled = torch.randperm(50, generator=torch.Generator().manual_seed(3)).tolist()
+    for start in range(0, 50, 8):
+        step = order[start:start + 8]
+        assert sorted(step) == sorted(shuffled[start:start + 8])
+        assert [lengths[i] for i in step] == sorted(lengths[i] for i in step)
+
+
+def test_micro_batches_settings_are_checked():
+    with pytest.raises(ConfigError, match="multiple of micro_batches"):
+        SFTConfig(batch_size=8, micro_batches=3)
+    with pytest.raises(ConfigError, match="set one of them"):
+        SFTConfig(batch_size=8, micro_batches=2, group_by_length=True)
+    with pytest.raises(ConfigError, match="micro_batches"):
+        SFTConfig(micro_batches=0)
 
 
 def test_length_buckets_hold_similar_lengths_in_random_order():

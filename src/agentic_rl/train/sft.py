@@ -10,8 +10,11 @@ Algorithm:
 2. Tokenization (TRL): the prompt with the chat template's generation prompt, then prompt + completion; the loss
    covers the completion tokens only, including the template's end-of-turn token ``<|im_end|>`` (the EOS), so the
    model learns to stop. With ``max_steps`` set, only the rows those steps reach are tokenized (a seeded random
-   subset, :func:`rows_reached`). Batches are padded to their longest row; ``group_by_length`` batches rows of
-   similar length, in random batch order (:func:`length_bucketed_order`), so that less of each step is padding.
+   subset, :func:`rows_reached`). Batches are padded to their longest row. Two ways to compute less padding:
+   ``micro_batches`` splits each optimizer step's rows (the same rows as without it) into forward passes over rows
+   of similar length (:func:`length_sorted_steps`) — the loss is normalised over the whole step's tokens, so the
+   gradient is the same; ``group_by_length`` batches rows of similar length, in random batch order
+   (:func:`length_bucketed_order`) — other batches, so other training.
 3. Model: any causal LM (``models.load_model_and_tokenizer``). LoRA (rank ``lora_r``, scale ``lora_alpha``/r,
    dropout, on q/k/v/o projections, optionally the MLP's gate/up/down) unless ``full`` is set.
 4. Optimisation: AdamW, linear warm-up over the first ``warmup_ratio`` of the steps, then linear decay to 0 (the
@@ -101,8 +104,13 @@ class SFTConfig(EnvironmentSettings):
     weight_decay: float = setting(0.0, "AdamW weight decay")
     max_grad_norm: float = setting(1.0, "gradient clipping norm")
     max_length: int = setting(512, "truncate prompt + completion to N tokens")
+    micro_batches: int = setting(1, "forward passes per batch: each optimizer step's rows (the same as with 1) are "
+                                    "sorted by length and split into this many passes, so less padding is computed; "
+                                    "the loss is normalised over the whole step, so the gradient is the same "
+                                    "(batch_size must be a multiple)")
     group_by_length: bool = setting(False, "batch rows of similar length together, the batches in random order: "
-                                           "less padding, so faster steps when row lengths vary")
+                                           "less padding, so faster steps when row lengths vary (other batches "
+                                           "than random order: see micro_batches for the same batches)")
     answer_only_fraction: float = setting(0.0, "share of demonstrations showing only the final answer, no steps "
                                                "(imperfect demonstrations)")
     answer_first_fraction: float = setting(0.0, "share of demonstrations stating the final answer first, then the "
@@ -157,7 +165,12 @@ class SFTConfig(EnvironmentSettings):
             check_range(self, ("lora_r", "lora_alpha"), 1)
         check_range(self, "lora_dropout", 0, 1, high_open=True)
         check_range(self, ("batch_size", "gradient_accumulation_steps", "save_steps", "save_total_limit",
-                           "logging_steps", "max_train_samples"), 1)
+                           "logging_steps", "max_train_samples", "micro_batches"), 1)
+        if self.batch_size % self.micro_batches:
+            raise ConfigError(f"batch_size ({self.batch_size}) must be a multiple of micro_batches "
+                              f"({self.micro_batches}): each forward pass takes batch_size / micro_batches rows")
+        if self.micro_batches > 1 and self.group_by_length:
+            raise ConfigError("micro_batches and group_by_length both order rows by length: set one of them")
         check_range(self, "eval_samples", 0)
         check_range(self, "synthetic_test_size", 0)
         check_range(self, "max_length", 16)
@@ -260,12 +273,27 @@ def length_bucketed_order(lengths: list[int], batch_size: int, generator, group_
     return [i for batch in shuffled + partial for i in batch]
 
 
-class LengthBucketSampler:
-    """The row order of :func:`length_bucketed_order` for the trainer's dataloader, reshuffled every epoch
-    (``set_epoch``, called by the trainer) from the run's seed, so that a resumed run sees the same order."""
+def length_sorted_steps(lengths: list[int], step_rows: int, generator) -> list[int]:
+    """A random order of the rows in which each run of ``step_rows`` (one optimizer step's rows) is sorted by
+    length, so that the step's forward passes hold rows of similar length.
 
-    def __init__(self, lengths: list[int], batch_size: int, seed: int):
-        self.lengths, self.batch_size, self.seed, self.epoch = lengths, batch_size, seed, 0
+    The random order is ``torch.randperm`` of the generator, as in the trainer's own sampler (accelerate's
+    ``SeedableRandomSampler`` seeds it with the run's seed + epoch), so each step trains on the rows it would have
+    trained on in random order; only their split into forward passes changes."""
+    import torch
+
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    return [i for start in range(0, len(order), step_rows)
+            for i in sorted(order[start:start + step_rows], key=lengths.__getitem__)]
+
+
+class LengthAwareSampler:
+    """A length-aware row order (``arrange(lengths, size, generator)``: :func:`length_bucketed_order` or
+    :func:`length_sorted_steps`) for the trainer's dataloader, reshuffled every epoch (``set_epoch``, called by the
+    trainer) from the run's seed, so that a resumed run sees the same order."""
+
+    def __init__(self, arrange, lengths: list[int], size: int, seed: int):
+        self.arrange, self.lengths, self.size, self.seed, self.epoch = arrange, lengths, size, seed, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -277,7 +305,7 @@ class LengthBucketSampler:
         import torch
 
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(length_bucketed_order(self.lengths, self.batch_size, generator))
+        return iter(self.arrange(self.lengths, self.size, generator))
 
 
 def build_environment_dataset(config: SFTConfig, env_factory, tokenizer):
@@ -393,8 +421,8 @@ def trainer_arguments(config: SFTConfig, out: Path, report_to: list[str], n_para
         output_dir=str(out / "checkpoints"),
         max_steps=config.max_steps,
         num_train_epochs=config.epochs,
-        per_device_train_batch_size=config.batch_size,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        per_device_train_batch_size=config.batch_size // config.micro_batches,
+        gradient_accumulation_steps=config.gradient_accumulation_steps * config.micro_batches,
         learning_rate=config.learning_rate,
         lr_scheduler_type=config.lr_scheduler_type,
         warmup_steps=config.warmup_ratio,  # a float < 1 is a share of the total steps
@@ -419,20 +447,26 @@ def trainer_arguments(config: SFTConfig, out: Path, report_to: list[str], n_para
 
 
 def sft_trainer(config: SFTConfig, **kwargs):
-    """TRL's ``SFTTrainer`` (``kwargs`` as its own), drawing batches with :class:`LengthBucketSampler` when
-    ``group_by_length`` is set."""
+    """TRL's ``SFTTrainer`` (``kwargs`` as its own), drawing rows with :class:`LengthAwareSampler` when
+    ``micro_batches`` > 1 (each optimizer step's rows sorted by length) or ``group_by_length`` is set."""
     import trl
 
-    if not config.group_by_length:
+    if config.micro_batches > 1:
+        # One optimizer step's rows over every process: accelerate deals process p the per-device batches p, p + W,
+        # ..., so a step's passes on all processes are one run of this many rows in the sampler's order.
+        arrange = length_sorted_steps
+        size = config.batch_size * config.gradient_accumulation_steps * world_size()
+    elif config.group_by_length:
+        arrange, size = length_bucketed_order, config.batch_size
+    else:
         return trl.SFTTrainer(**kwargs)
 
-    class LengthBucketTrainer(trl.SFTTrainer):
+    class LengthAwareTrainer(trl.SFTTrainer):
         def _get_train_sampler(self, train_dataset=None):
             dataset = self.train_dataset if train_dataset is None else train_dataset
-            return LengthBucketSampler([len(ids) for ids in dataset["input_ids"]], self.args.train_batch_size,
-                                       self.args.seed)
+            return LengthAwareSampler(arrange, [len(ids) for ids in dataset["input_ids"]], size, self.args.seed)
 
-    return LengthBucketTrainer(**kwargs)
+    return LengthAwareTrainer(**kwargs)
 
 
 def save_outputs(trainer, tokenizer, out: Path, *, full: bool, merge: bool) -> dict[str, str | None]:
@@ -513,7 +547,8 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         f"trainable {n_train:,} of {n_total:,} parameters ({n_train / max(n_total, 1):.2%}); device {device.type}, "
         f"dtype {next(model.parameters()).dtype}, bf16 {args.bf16}, activation checkpointing "
         f"{args.activation_checkpointing}; {rows_note}, {'grouped by length, ' if config.group_by_length else ''}batch {config.batch_size} x accum "
-        f"{config.gradient_accumulation_steps}, "
+        f"{config.gradient_accumulation_steps}"
+        f"{f' ({config.micro_batches} length-sorted passes per batch)' if config.micro_batches > 1 else ''}, "
         f"{'steps ' + str(steps) if steps else f'epochs {config.epochs:g}'}, lr {config.learning_rate:g} "
         f"({config.lr_scheduler_type}, warm-up {config.warmup_ratio:.0%})")
 
