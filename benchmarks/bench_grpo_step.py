@@ -1,8 +1,8 @@
-"""A GRPO step of the quickstart preset, before vs after: TRL's own sampling vs the compact decode loop.
+"""A GRPO step of the quickstart preset, before vs after: TRL's own step vs compact sampling and chunked scoring.
 
 Both sides run our GRPO stage (:func:`agentic_rl.train.grpo.run`) with the quickstart preset's GRPO settings (its
 ``grpo:`` section of ``configs/quickstart.yaml``: the tiny preset, group size, completion length, learning rate,
-temperature, rewards, system prompt) on the same model and prompts, and differ only in ``generation_backend``:
+temperature, rewards, system prompt) on the same model and prompts, and differ only in how they sample and score:
 
 * ``before``: TRL 1.16's own step: its sampling (``generation_backend: trl``, ``model.generate`` on the padded
   generation batch) and its log-prob passes over the whole padded batch (``logprob_chunk_rows: 0``).

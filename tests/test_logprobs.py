@@ -91,7 +91,8 @@ def _trainer_classes():
     from agentic_rl.train.rloo import make_rloo_rollout_trainer_class, trainer_class
     from agentic_rl.train.signal import make_signal_trainer_class
 
-    return {"grpo": make_signal_trainer_class(), "rloo": trainer_class(), "rloo-episodes": make_rloo_rollout_trainer_class()}
+    return {"grpo": make_signal_trainer_class(), "rloo": trainer_class(),
+            "rloo-episodes": make_rloo_rollout_trainer_class()}
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo", "rloo-episodes"])

@@ -213,7 +213,8 @@ def test_micro_batches_split_each_step_of_the_same_rows_by_length(tiny_model_dir
         return _step_batches(cfg, tmp_path)
 
     def rows(step):  # each row's token ids: which rows the step trains on, whatever their padding
-        return sorted(tuple(ids[m.bool()].tolist()) for b in step for ids, m in zip(b["input_ids"], b["attention_mask"]))
+        return sorted(tuple(ids[m.bool()].tolist())
+                      for b in step for ids, m in zip(b["input_ids"], b["attention_mask"]))
 
     def padding_share(all_steps):
         masks = [b["attention_mask"] for step in all_steps for b in step]

@@ -90,8 +90,8 @@ class LengthSortedScoring:
                                       trim_left=shift_invariant(self.accelerator.unwrap_model(model)))
         logps, entropies = [], []
         for rows, start, stop, keep in chunks:
-            chunk_logps, chunk_entropies, _ = score(model, input_ids[rows, start:stop], attention_mask[rows, start:stop],
-                                                    keep, None, compute_entropy)
+            chunk_logps, chunk_entropies, _ = score(model, input_ids[rows, start:stop],
+                                                    attention_mask[rows, start:stop], keep, None, compute_entropy)
             logps.append(F.pad(chunk_logps, (0, logits_to_keep - keep)))
             if compute_entropy:
                 entropies.append(F.pad(chunk_entropies, (0, logits_to_keep - keep)))
