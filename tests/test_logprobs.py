@@ -148,6 +148,24 @@ def test_absolute_positions_keep_their_left_padding():
     assert (shifted[0] - reference[0]).abs().max() > 1e-3
 
 
+def test_only_static_rotary_positions_count_as_shift_invariant():
+    from types import SimpleNamespace
+
+    from agentic_rl.train.logprobs import shift_invariant
+
+    def model(rope):
+        return SimpleNamespace(config=SimpleNamespace(rope_parameters=rope))
+
+    assert shift_invariant(model({"rope_type": "default", "rope_theta": 1e4}))
+    assert shift_invariant(model({"rope_type": "yarn", "factor": 4.0}))
+    assert not shift_invariant(model({"rope_type": "dynamic", "factor": 2.0}))  # frequencies follow the length
+    assert not shift_invariant(model(None))  # absolute or no positions
+    assert shift_invariant(model({"full_attention": {"rope_type": "default"},
+                                  "sliding_attention": {"rope_type": "linear", "factor": 8.0}}))
+    assert not shift_invariant(model({"full_attention": {"rope_type": "longrope"},
+                                      "sliding_attention": {"rope_type": "default"}}))
+
+
 def test_tiny_preset_scores_in_chunks_and_the_default_preset_as_trl():
     from agentic_rl.errors import ConfigError
     from agentic_rl.train.grpo import GRPOConfig

@@ -33,9 +33,11 @@ def shift_invariant(model) -> bool:
     config = getattr(model, "config", None)
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     rope = getattr(text_config, "rope_parameters", None)
-    if isinstance(rope, dict):
-        return rope.get("rope_type", "default") in STATIC_ROPE_TYPES
-    return False
+    if not isinstance(rope, dict):
+        return False
+    # Some models keep one set per attention type ({"full_attention": {...}, "sliding_attention": {...}}).
+    kinds = [v.get("rope_type", "default") for v in rope.values() if isinstance(v, dict)]
+    return all(kind in STATIC_ROPE_TYPES for kind in kinds or [rope.get("rope_type", "default")])
 
 
 def plan_chunks(attention_mask, logits_to_keep: int, rows_per_chunk: int, *, trim_left: bool):
