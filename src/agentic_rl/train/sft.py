@@ -237,6 +237,11 @@ def build_sft_dataset(config: SFTConfig):
     return ds.map(lambda _: {"chat_template_kwargs": kwargs})
 
 
+def rows_per_step(config: SFTConfig) -> int:
+    """Rows one optimizer step trains on over every process: batch x accumulation x processes."""
+    return config.batch_size * config.gradient_accumulation_steps * world_size()
+
+
 def rows_reached(dataset, config: SFTConfig):
     """The rows ``max_steps`` will reach: a seeded random subset when the data holds more (the trainer would draw
     that many at random anyway), so that TRL does not tokenize rows no step uses; all rows when training by epochs.
@@ -246,7 +251,7 @@ def rows_reached(dataset, config: SFTConfig):
 
     if config.max_steps < 0:
         return dataset
-    needed = config.max_steps * config.batch_size * config.gradient_accumulation_steps * world_size()
+    needed = config.max_steps * rows_per_step(config)
     if len(dataset) <= needed:
         return dataset
     return dataset.select(sample_indices(len(dataset), needed, config.seed))
@@ -454,8 +459,7 @@ def sft_trainer(config: SFTConfig, **kwargs):
     if config.micro_batches > 1:
         # One optimizer step's rows over every process: accelerate deals process p the per-device batches p, p + W,
         # ..., so a step's passes on all processes are one run of this many rows in the sampler's order.
-        arrange = length_sorted_steps
-        size = config.batch_size * config.gradient_accumulation_steps * world_size()
+        arrange, size = length_sorted_steps, rows_per_step(config)
     elif config.group_by_length:
         arrange, size = length_bucketed_order, config.batch_size
     else:
