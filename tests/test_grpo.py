@@ -412,3 +412,25 @@ def test_learning_signal_settings_are_range_checked():
         GRPOConfig(model="m", refill_max_draws=-1)
     with pytest.raises(ConfigError, match=r"sft_loss_weight must be >= 0, got -0.1"):
         GRPOConfig(model="m", sft_loss_weight=-0.1)
+
+
+def test_log_probs_go_through_the_lm_head_for_completion_positions_only(tiny_model_dir, tmp_path, monkeypatch):
+    """GRPO scores with TRL's fused LM head restricted to the labelled positions on a CPU
+    (``train/logprobs.labelled_positions_only``; test_logprobs checks its results against TRL's default)."""
+    import torch
+    import trl.trainer.utils as trl_utils
+
+    from agentic_rl.train.grpo import run
+
+    function, seen = trl_utils._ChunkedLogProbFunction, []
+
+    class Recording:
+        @staticmethod
+        def apply(hidden, *args):
+            seen.append(trl_utils._use_triton(hidden.device))
+            return function.apply(hidden, *args)
+
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Recording)
+    run(_config(tiny_model_dir, tmp_path / "grpo", max_steps=1, save_steps=10))
+    assert seen and all(seen)
+    assert not trl_utils._use_triton(torch.device("cpu"))

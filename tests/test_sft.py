@@ -246,6 +246,25 @@ def test_micro_batches_give_the_weights_of_whole_batches(tiny_model_dir, tmp_pat
         torch.testing.assert_close(got[key], expected[key], atol=1e-5, rtol=1e-4)
 
 
+def test_the_sft_loss_scores_only_completion_positions(tiny_model_dir, tmp_path, monkeypatch):
+    """SFT trains with TRL's fused LM head restricted to the labelled positions on a CPU
+    (``train/logprobs.labelled_positions_only``, whose results test_logprobs checks against TRL's default)."""
+    import trl.trainer.utils as trl_utils
+
+    function, seen = trl_utils._ChunkedLogProbFunction, []
+
+    class Recording:
+        @staticmethod
+        def apply(hidden, weight, bias, targets, *args):
+            seen.append((hidden.shape[0], trl_utils._use_triton(hidden.device)))
+            return function.apply(hidden, weight, bias, targets, *args)
+
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Recording)
+    run(SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), max_steps=2, **FAST))
+    assert len(seen) == 2 and all(labelled_only for _, labelled_only in seen)
+    assert not trl_utils._use_triton(torch.device("cpu"))  # TRL's own choice again after the stage
+
+
 def test_length_sorted_steps_keep_the_random_order_of_rows_per_step():
     lengths = [(7 * i) % 23 for i in range(50)]
     order = length_sorted_steps(lengths, 8, torch.Generator().manual_seed(3))

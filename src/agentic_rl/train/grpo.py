@@ -116,6 +116,7 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.eval.validation import SYNTHETIC_TRAIN_ROWS_AFTER_CARVING
 from agentic_rl.models.fingerprint import weights_fingerprint, write_base_fingerprint
 from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.train.logprobs import labelled_positions_only
 from agentic_rl.train.signal import check_signal_settings
 from agentic_rl.utils import (append_jsonl, has_gpu, log, read_jsonl, set_seed, supports_bf16, warn, world_size,
                               write_json)
@@ -963,7 +964,8 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         f"{out / 'trainable_parameters.txt'}")
 
     try:
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        with labelled_positions_only():  # log-probs through the LM head for completion tokens only
+            train_result = trainer.train(resume_from_checkpoint=checkpoint)
     finally:
         logger.close()
 

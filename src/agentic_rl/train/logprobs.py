@@ -1,4 +1,5 @@
-"""GRPO's log-prob passes in length-sorted chunks, each cut to the columns its rows use.
+"""GRPO's log-prob passes in length-sorted chunks, each cut to the columns its rows use; the LM head over labelled
+positions only.
 
 TRL's ``GRPOTrainer`` (and ``RLOOTrainer``) score a batch — the policy's log-probs for the loss, the reference's for
 the KL term, the old policy's when needed — with forward passes over ``[prompt | completion]`` rows: prompts
@@ -16,10 +17,14 @@ the distance between positions, so that changes nothing but rounding; models wit
 variants whose frequencies depend on the sequence length, keep their left columns (:func:`shift_invariant`).
 
 Measured with ``benchmarks/bench_grpo_step.py`` (see the tiny preset's comment in ``train/grpo.py``).
+
+:func:`labelled_positions_only` is the other half, for SFT as well: TRL's fused LM head then projects only the
+positions that carry a label (the completion) on a CPU, as it does on GPUs.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 #: Rotary variants whose frequencies do not depend on the sequence length (transformers' ``rope_type`` names):
@@ -98,3 +103,27 @@ class LengthSortedScoring:
             if compute_entropy:
                 entropies.append(F.pad(chunk_entropies, (0, logits_to_keep - keep)))
         return (torch.cat(logps)[inverse], torch.cat(entropies)[inverse] if compute_entropy else None, None)
+
+
+@contextlib.contextmanager
+def labelled_positions_only():
+    """While open, TRL's fused LM head (``add_fused_lm_head``: the SFT loss, GRPO's and RLOO's log-probs) scores only
+    the positions that have a label on a CPU too, as it does on CUDA and XPU.
+
+    TRL projects through the LM head and folds the vocabulary only for labelled positions where Triton runs, and for
+    every position elsewhere, because on a compiling backend (Neuron) a changing count would recompile each batch;
+    the unlabelled positions' results are then zeroed. Nothing compiles on a CPU, and in SFT the prompt and the
+    padding are about two thirds of the positions (the quickstart: completions of ~28 tokens in rows of ~82), so the
+    head's forward and backward run for three times the tokens they need. Same arithmetic per labelled position: this
+    is TRL's own GPU path. A TRL without the switch (``trl.trainer.utils._use_triton``) keeps its own behaviour."""
+    import trl.trainer.utils as trl_utils
+
+    original = getattr(trl_utils, "_use_triton", None)
+    if original is None:
+        yield
+        return
+    trl_utils._use_triton = lambda device: device.type == "cpu" or original(device)
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original

@@ -52,6 +52,7 @@ from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, ch
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.train.logprobs import labelled_positions_only
 from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, warn, world_size, write_json
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -557,7 +558,8 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         f"({config.lr_scheduler_type}, warm-up {config.warmup_ratio:.0%})")
 
     try:
-        train_out = trainer.train(resume_from_checkpoint=resume_from)
+        with labelled_positions_only():  # the loss's LM head over completion tokens only, not the prompt's too
+            train_out = trainer.train(resume_from_checkpoint=resume_from)
     finally:
         metrics_logger.close()
 
