@@ -5,11 +5,12 @@ Both sides run our GRPO stage (:func:`agentic_rl.train.grpo.run`) with the quick
 temperature, rewards, system prompt) on the same model and prompts, and differ only in how they sample and score:
 
 * ``before``: TRL 1.16's own step: its sampling (``generation_backend: trl``, ``model.generate`` on the padded
-  generation batch) and its log-prob passes over the whole padded batch (``logprob_chunk_rows: 0``).
+  generation batch) and its log-prob passes over the whole padded batch (``logprob_chunk_rows: 0``), with its LM
+  head over every position on a CPU.
 * ``after``: the tiny preset's defaults: ``compact`` sampling (the project's decode loop through TRL's
-  ``rollout_func``) and log-probs in length-sorted chunks of 8 rows cut to the columns they use
-  (``train/logprobs.py``).
-* ``sampling-only``: ``compact`` sampling with TRL's log-prob passes (what each of the two changes gives).
+  ``rollout_func``), log-probs in length-sorted chunks of 8 rows cut to the columns they use, and the LM head over
+  the completion's positions only (``train/logprobs.py``).
+* ``sampling-only``: ``compact`` sampling with TRL's log-prob passes and LM head (what the sampling alone gives).
 * ``--also``: TRL's other transformers options for the record: ``trl-static`` (``cache_implementation: static``)
   and ``trl-continuous`` (``use_transformers_continuous_batching``, paged attention).
 
@@ -24,6 +25,7 @@ machine). Prints the median step times of each and the ratios after / before (is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -58,13 +60,19 @@ def quickstart_grpo_settings() -> dict:
 
 def run_variant(model_dir: str, out: Path, base: dict, variant: str, steps: int) -> dict:
     from agentic_rl.config import config_from_dict
-    from agentic_rl.train.grpo import GRPOConfig, run
+    from agentic_rl.train import grpo
 
     values = {**base, **VARIANTS[variant], "model": model_dir, "output_dir": str(out), "max_steps": steps,
               "heldout_every": 0, "save_steps": 10**6, "report_to": ["none"], "completions_every": 0}
-    cfg = config_from_dict(GRPOConfig, values, where=f"bench {variant}")
+    cfg = config_from_dict(grpo.GRPOConfig, values, where=f"bench {variant}")
     clock = cpu_clock()
-    result = run(cfg, callbacks=[clock])
+    shipped_head = grpo.labelled_positions_only
+    if variant != "after":
+        grpo.labelled_positions_only = contextlib.nullcontext  # TRL's own CPU choice: the LM head over every position
+    try:
+        result = grpo.run(cfg, callbacks=[clock])
+    finally:
+        grpo.labelled_positions_only = shipped_head
     metrics = result["train_metrics"]
     return {"step_s": metrics["train_runtime"] / steps, "cpu_step_s": clock.seconds / steps,
             "backend": cfg.generation_backend}
