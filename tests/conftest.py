@@ -68,3 +68,21 @@ def qwen3_shape_dir(tmp_path_factory) -> Path:
                                 chat_template=QWEN3_STYLE_CHAT_TEMPLATE)
     model = build_qwen3_shape_model(tokenizer, seed=0)
     return save_model_dir(model, tokenizer, path)
+
+
+@pytest.fixture
+def lm_head_calls(monkeypatch) -> list[tuple[int, bool]]:
+    """Every call of TRL's fused LM head (``ChunkedLogProbFunction`` as ``trl.trainer.utils`` uses it) while the
+    test runs: (positions projected, whether TRL then scores labelled positions only). The calls still compute."""
+    import trl.trainer.utils as trl_utils
+
+    function, calls = trl_utils._ChunkedLogProbFunction, []
+
+    class Recording:
+        @staticmethod
+        def apply(hidden, *args):
+            calls.append((hidden.shape[0], trl_utils._use_triton(hidden.device)))
+            return function.apply(hidden, *args)
+
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Recording)
+    return calls

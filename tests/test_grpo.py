@@ -414,7 +414,7 @@ def test_learning_signal_settings_are_range_checked():
         GRPOConfig(model="m", sft_loss_weight=-0.1)
 
 
-def test_log_probs_go_through_the_lm_head_for_completion_positions_only(tiny_model_dir, tmp_path, monkeypatch):
+def test_log_probs_go_through_the_lm_head_for_completion_positions_only(tiny_model_dir, tmp_path, lm_head_calls):
     """GRPO scores with TRL's fused LM head restricted to the labelled positions on a CPU
     (``train/logprobs.labelled_positions_only``; test_logprobs checks its results against TRL's default)."""
     import torch
@@ -422,15 +422,6 @@ def test_log_probs_go_through_the_lm_head_for_completion_positions_only(tiny_mod
 
     from agentic_rl.train.grpo import run
 
-    function, seen = trl_utils._ChunkedLogProbFunction, []
-
-    class Recording:
-        @staticmethod
-        def apply(hidden, *args):
-            seen.append(trl_utils._use_triton(hidden.device))
-            return function.apply(hidden, *args)
-
-    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Recording)
     run(_config(tiny_model_dir, tmp_path / "grpo", max_steps=1, save_steps=10))
-    assert seen and all(seen)
+    assert lm_head_calls and all(labelled_only for _, labelled_only in lm_head_calls)
     assert not trl_utils._use_triton(torch.device("cpu"))

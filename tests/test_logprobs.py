@@ -179,33 +179,19 @@ def test_tiny_preset_scores_in_chunks_and_the_default_preset_as_trl():
 
 # --- TRL's fused LM head: labelled positions only on a CPU ------------------------------------------------------------
 
-class _CountScoredPositions:
-    """Stands in for TRL's ``ChunkedLogProbFunction`` inside ``trl.trainer.utils``, recording how many positions
-    each call projects through the LM head."""
-
-    def __init__(self, function):
-        self.function, self.positions = function, []
-
-    def apply(self, hidden, *args):
-        self.positions.append(hidden.shape[0])
-        return self.function.apply(hidden, *args)
-
-
 def _completion_labels(ids, mask, keep):
     labels = ids.masked_fill(mask == 0, -100)
     labels[:, :-keep] = -100  # the prompt: no loss, as in SFT's completion-only loss and GRPO's log-probs
     return labels
 
 
-def test_labelled_positions_only_scores_the_labelled_positions_with_the_same_results(tiny_model_dir, monkeypatch):
+def test_labelled_positions_only_scores_the_labelled_positions_with_the_same_results(tiny_model_dir, lm_head_calls):
     import trl.trainer.utils as trl_utils
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
     from agentic_rl.train.logprobs import labelled_positions_only
 
-    counter = _CountScoredPositions(trl_utils._ChunkedLogProbFunction)
-    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", counter)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))  # what TRL's SFTTrainer asks for
@@ -224,8 +210,8 @@ def test_labelled_positions_only_scores_the_labelled_positions_with_the_same_res
         only, only_grads = score()
     assert trl_utils._use_triton is original  # restored on leaving
     labelled = int((labels[:, 1:] != -100).sum())
-    assert counter.positions == [ids.shape[0] * (ids.shape[1] - 1), labelled]
-    assert labelled < counter.positions[0] / 2
+    assert lm_head_calls == [(ids.shape[0] * (ids.shape[1] - 1), False), (labelled, True)]
+    assert labelled < lm_head_calls[0][0] / 2
     for field in ("loss", "log_probs", "entropy"):
         torch.testing.assert_close(getattr(only, field), getattr(everywhere, field), atol=1e-6, rtol=1e-5)
     assert torch.equal(only.is_top1, everywhere.is_top1) and torch.equal(only.label_mask, everywhere.label_mask)

@@ -246,22 +246,13 @@ def test_micro_batches_give_the_weights_of_whole_batches(tiny_model_dir, tmp_pat
         torch.testing.assert_close(got[key], expected[key], atol=1e-5, rtol=1e-4)
 
 
-def test_the_sft_loss_scores_only_completion_positions(tiny_model_dir, tmp_path, monkeypatch):
+def test_the_sft_loss_scores_only_completion_positions(tiny_model_dir, tmp_path, lm_head_calls):
     """SFT trains with TRL's fused LM head restricted to the labelled positions on a CPU
     (``train/logprobs.labelled_positions_only``, whose results test_logprobs checks against TRL's default)."""
     import trl.trainer.utils as trl_utils
 
-    function, seen = trl_utils._ChunkedLogProbFunction, []
-
-    class Recording:
-        @staticmethod
-        def apply(hidden, weight, bias, targets, *args):
-            seen.append((hidden.shape[0], trl_utils._use_triton(hidden.device)))
-            return function.apply(hidden, weight, bias, targets, *args)
-
-    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Recording)
     run(SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), max_steps=2, **FAST))
-    assert len(seen) == 2 and all(labelled_only for _, labelled_only in seen)
+    assert len(lm_head_calls) == 2 and all(labelled_only for _, labelled_only in lm_head_calls)
     assert not trl_utils._use_triton(torch.device("cpu"))  # TRL's own choice again after the stage
 
 
