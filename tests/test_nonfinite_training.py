@@ -88,8 +88,14 @@ def test_nonfinite_parameters_and_save_model_dir_refuse_broken_weights(tiny_mode
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir, for_training=False)
     assert nonfinite_parameters(model) == []
     with torch.no_grad():
+        model.model.norm.weight[1] = 1e30  # finite, though its norm overflows float32: not a broken weight
+    assert nonfinite_parameters(model) == []
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
         model.model.norm.weight[0] = float("inf")
-    assert nonfinite_parameters(model) == ["model.norm.weight"]
+    assert nonfinite_parameters(model) == ["model.layers.0.mlp.up_proj.weight", "model.norm.weight"]
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight[0, 0] = 0.0
     assert nonfinite_parameters(model, trainable_only=True) == ["model.norm.weight"]
     with pytest.raises(TrainingError, match=r"not saving .*out: the weights hold NaN/inf \(model\.norm\.weight\)"):
         save_model_dir(model, tokenizer, tmp_path / "out")
