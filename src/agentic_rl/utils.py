@@ -49,9 +49,25 @@ def world_size() -> int:
 
 
 def supports_bf16() -> bool:
+    """A GPU that computes in bfloat16 (weights may be loaded in bf16 there)."""
     import torch
 
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def cpu_computes_bf16() -> bool:
+    """The CPU has bfloat16 dot-product instructions (AVX512-BF16 or AMX-BF16). There torch's bf16 matmuls run 3-4x
+    faster than fp32 (oneDNN); elsewhere they are emulated and slower, so mixed precision stays off."""
+    import torch
+
+    capabilities = torch.cpu.get_capabilities()
+    return bool(capabilities.get("avx512_bf16") or capabilities.get("amx_bf16"))
+
+
+def default_mixed_precision() -> bool:
+    """Default of the training stages' ``bf16`` setting (fp32 weights, bf16 autocast): on where the hardware computes
+    bf16 natively, a GPU that supports it or a CPU with bf16 instructions."""
+    return supports_bf16() if has_gpu() else cpu_computes_bf16()
 
 
 def free_memory() -> None:

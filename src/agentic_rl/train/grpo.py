@@ -118,8 +118,8 @@ from agentic_rl.models.fingerprint import weights_fingerprint, write_base_finger
 from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.train.logprobs import labelled_positions_only
 from agentic_rl.train.signal import check_signal_settings
-from agentic_rl.utils import (append_jsonl, has_gpu, log, read_jsonl, set_seed, supports_bf16, warn, world_size,
-                              write_json)
+from agentic_rl.utils import (append_jsonl, default_mixed_precision, has_gpu, log, read_jsonl, set_seed, warn,
+                              world_size, write_json)
 
 SYNTHETIC_TEST_GUARD = 2000
 LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
@@ -206,7 +206,8 @@ class GRPOConfig(EnvironmentSettings):
     weight_decay: float = setting(0.0, "AdamW weight decay")
     max_grad_norm: float = setting(1.0, "gradient clipping norm")
     gradient_checkpointing: bool | None = setting(None, "recompute activations to save memory (unset: on with a GPU)")
-    bf16: bool | None = setting(None, "bfloat16 mixed precision (default: on where the GPU supports it)")
+    bf16: bool | None = setting(None, "bfloat16 mixed precision: fp32 weights, matmuls in bf16 (unset: on a GPU that "
+                                      "supports it or a CPU with bf16 instructions, e.g. AVX512-BF16)")
 
     # --- GRPO -----------------------------------------------------------------------------------------------------
     algorithm: str = setting("grpo", "policy update: 'grpo' (TRL's GRPOTrainer) or 'rloo' (TRL's RLOOTrainer: "
@@ -301,7 +302,7 @@ class GRPOConfig(EnvironmentSettings):
         if self.gradient_checkpointing is None:
             self.gradient_checkpointing = has_gpu()
         if self.bf16 is None:
-            self.bf16 = supports_bf16()
+            self.bf16 = default_mixed_precision()
         self._validate()
 
     def _validate(self) -> None:

@@ -40,7 +40,7 @@ from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, co
 from agentic_rl.data.synthetic import COPY_LAYOUTS
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
-from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, write_json
+from agentic_rl.utils import default_mixed_precision, has_gpu, log, set_seed, write_json
 
 #: Pretraining corpora (``PretrainConfig.corpus``).
 CORPORA = ("arithmetic", "arithmetic+copy")
@@ -99,11 +99,15 @@ class PretrainConfig:
     overwrite: bool = setting(False, "replace a finished or interrupted run in the run directory (without it, such a "
                                      "directory is an error)")
     save_steps: int = setting(0, "save a checkpoint every N steps (0: only at the end)")
+    bf16: bool | None = setting(None, "bfloat16 mixed precision: fp32 weights, matmuls in bf16 (unset: on a GPU that "
+                                      "supports it or a CPU with bf16 instructions, e.g. AVX512-BF16)")
 
     def __post_init__(self):
         if self.corpus not in CORPORA:
             raise ConfigError(f"corpus must be one of {', '.join(CORPORA)}; got {self.corpus!r}")
         self.report_to = report_to_list(self.report_to)
+        if self.bf16 is None:
+            self.bf16 = default_mixed_precision()
         check_range(self, "corpus_lines", 100)
         check_range(self, "seq_length", 16)
         check_range(self, "max_steps", 1, also=(-1,), meaning="-1 to train for `epochs`")
@@ -293,7 +297,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         report_to="none",  # metrics go through metrics_logger
         seed=config.seed,
         use_cpu=not gpu,
-        bf16=supports_bf16(),
+        bf16=config.bf16,
         dataloader_num_workers=0,
         disable_tqdm=False,
     )

@@ -53,7 +53,8 @@ from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.train.logprobs import labelled_positions_only
-from agentic_rl.utils import has_gpu, log, set_seed, supports_bf16, warn, world_size, write_json
+from agentic_rl.utils import (default_mixed_precision, has_gpu, log, set_seed, supports_bf16, warn, world_size,
+                              write_json)
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
@@ -128,6 +129,9 @@ class SFTConfig(EnvironmentSettings):
     dtype: str = setting("auto", "weights dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16")
     gradient_checkpointing: bool | None = setting(None, "recompute activations to save memory (unset: on for GPU "
                                                         "models > 100M parameters)")
+    bf16: bool | None = setting(None, "bfloat16 mixed precision: weights stay in dtype, matmuls run in bf16 (unset: "
+                                      "on with weights dtype auto or bfloat16 on a GPU that supports it or a CPU "
+                                      "with bf16 instructions, e.g. AVX512-BF16)")
     report_to: list[str] = setting(["tensorboard"], "metric backends: tensorboard, wandb (offline works), none (comma "
                                                     "list)")
     logging_steps: int = setting(10, "log loss / grad norm / lr every N steps")
@@ -142,6 +146,8 @@ class SFTConfig(EnvironmentSettings):
 
     def __post_init__(self):
         check_retired_value("gradient_checkpointing", self.gradient_checkpointing)  # "auto" from Python
+        if self.bf16 is None:
+            self.bf16 = default_mixed_precision() and self.dtype in ("auto", "bfloat16", "bf16")
         self.report_to = report_to_list(self.report_to)
         check_range(self, ("answer_only_fraction", "answer_first_fraction", "warmup_ratio", "direct_fraction",
                            "skip_tool_fraction"), 0, 1)
@@ -444,7 +450,7 @@ def trainer_arguments(config: SFTConfig, out: Path, report_to: list[str], n_para
         report_to=report_to,
         seed=config.seed,
         use_cpu=not gpu,
-        bf16=gpu and supports_bf16() and config.dtype in ("auto", "bfloat16", "bf16"),
+        bf16=config.bf16,
         activation_checkpointing=checkpointing,
         dataloader_num_workers=0,
         dataset_num_proc=None,

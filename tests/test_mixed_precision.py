@@ -1,0 +1,108 @@
+"""bf16 mixed precision in the training stages: on by default where the hardware computes bf16 (a GPU that supports it,
+a CPU with AVX512-BF16 or AMX-BF16), fp32 weights, the matmuls of training in bf16, models saved in fp32."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from agentic_rl import utils
+from agentic_rl.config import config_from_dict
+from agentic_rl.train.grpo import GRPOConfig
+from agentic_rl.train.pretrain import PretrainConfig
+from agentic_rl.train.sft import SFTConfig
+
+
+@pytest.mark.parametrize("capabilities, expected", [
+    ({"avx512_bf16": True, "avx512_f": True}, True),
+    ({"amx_bf16": True}, True),
+    ({"avx512_f": True, "avx512_bf16": False, "avx2": True}, False),
+    ({"architecture": "aarch64"}, False),
+])
+def test_the_cpu_default_follows_its_bf16_instructions(monkeypatch, capabilities, expected):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: capabilities)
+    monkeypatch.setattr(utils, "has_gpu", lambda: False)
+    assert utils.cpu_computes_bf16() is expected
+    assert utils.default_mixed_precision() is expected
+
+
+@pytest.mark.parametrize("gpu_bf16", [True, False])
+def test_on_a_gpu_the_gpu_decides(monkeypatch, gpu_bf16):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx512_bf16": not gpu_bf16})
+    monkeypatch.setattr(utils, "has_gpu", lambda: True)
+    monkeypatch.setattr(utils, "supports_bf16", lambda: gpu_bf16)
+    assert utils.default_mixed_precision() is gpu_bf16
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_unset_bf16_resolves_to_the_hardware_default_and_a_set_value_is_kept(monkeypatch, native):
+    monkeypatch.setattr(utils, "cpu_computes_bf16", lambda: native)
+    monkeypatch.setattr(utils, "has_gpu", lambda: False)
+    assert PretrainConfig().bf16 is native
+    assert SFTConfig().bf16 is native
+    assert GRPOConfig(model="m").bf16 is native
+    # float32 weights asked for: no bf16 matmuls unless asked for too
+    assert SFTConfig(dtype="float32").bf16 is False
+    assert SFTConfig(dtype="float32", bf16=True).bf16 is True
+    for value in (True, False):
+        assert PretrainConfig(bf16=value).bf16 is value
+        assert SFTConfig(bf16=value).bf16 is value
+        assert GRPOConfig(model="m", bf16=value).bf16 is value
+
+
+@pytest.fixture
+def linear_outputs():
+    """(dtype, grad enabled) of every nn.Linear output computed while the test runs."""
+    seen: set[tuple[torch.dtype, bool]] = set()
+
+    def record(module, args, output):
+        if isinstance(module, torch.nn.Linear) and isinstance(output, torch.Tensor):
+            seen.add((output.dtype, torch.is_grad_enabled()))
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    yield seen
+    handle.remove()
+
+
+def _saved_dtypes(model_dir: str | Path) -> set[torch.dtype]:
+    return {t.dtype for t in load_file(str(Path(model_dir) / "model.safetensors")).values()}
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_sft_trains_in_bf16_when_set_and_saves_fp32(tiny_model_dir, tmp_path, linear_outputs, bf16):
+    from agentic_rl.train.sft import run
+
+    result = run(SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), max_steps=2, full=True, bf16=bf16,
+                           max_train_samples=16, synthetic_test_size=20, batch_size=8, report_to="none",
+                           save_steps=10))
+    trained = {dtype for dtype, grad in linear_outputs if grad}
+    assert trained == ({torch.bfloat16} if bf16 else {torch.float32})
+    assert _saved_dtypes(result["model_dir"]) == {torch.float32}
+
+
+@pytest.mark.stage
+def test_pretrain_trains_in_bf16_when_set(tmp_path, linear_outputs):
+    from agentic_rl.train.pretrain import run
+
+    result = run(PretrainConfig(output_dir=str(tmp_path), corpus_lines=300, exclude_test=10, model_preset="micro",
+                                vocab_size=300, seq_length=32, max_steps=2, batch_size=4, report_to="none",
+                                bf16=True))
+    assert {dtype for dtype, grad in linear_outputs if grad} == {torch.bfloat16}
+    assert _saved_dtypes(result["model_dir"]) == {torch.float32}
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_grpo_samples_and_trains_in_bf16_when_set(tiny_model_dir, tmp_path, linear_outputs, bf16):
+    from agentic_rl.train.grpo import run
+
+    config = config_from_dict(GRPOConfig, dict(
+        model=str(tiny_model_dir), output_dir=str(tmp_path), max_steps=1, num_generations=2, batch_size=4,
+        max_completion_length=6, max_train_samples=8, heldout_every=0, save_steps=10, report_to=["none"],
+        generation_backend="compact", bf16=bf16))
+    run(config)
+    expected = torch.bfloat16 if bf16 else torch.float32
+    # the policy's loss (grad), sampling and the reference's log-probs (no grad): all in one precision
+    assert linear_outputs == {(expected, True), (expected, False)}
