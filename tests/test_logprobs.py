@@ -63,9 +63,13 @@ def _scorer(cls, model, rows_per_chunk):
     """An instance of a trainer class with just what ``_get_per_token_logps_and_entropies`` reads (building a whole
     trainer would generate and load datasets; the method under test is the real one, TRL's beneath ours)."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
 
     scorer = object.__new__(cls)
-    scorer.accelerator = Accelerator(cpu=True)
+    # fp32, whatever an earlier trainer in this process left in accelerate's shared state (a bf16 stage would make
+    # TRL's autocast round both sides' matmuls to bf16, each chunk shape differently)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    scorer.accelerator = Accelerator(cpu=True, mixed_precision="no")
     scorer.logprob_chunk_rows = rows_per_chunk
     return scorer
 

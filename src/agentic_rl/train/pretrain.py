@@ -18,7 +18,8 @@ Algorithm:
 3. Model: a random-init ``Qwen3ForCausalLM`` from a small ``Qwen3Config`` preset (``tiny``: hidden 256, 4 layers,
    ~3.4M parameters with a 1024-token vocabulary), fp32.
 4. Causal-LM training with ``transformers.Trainer`` on the corpus joined by newlines and cut into ``seq_length``
-   blocks (every token is a target), AdamW, linear warm-up then cosine decay.
+   blocks (every token is a target), AdamW, linear warm-up then cosine decay; matmuls in bf16 (``bf16``) where the
+   hardware computes it natively, weights in fp32.
 5. Saved with ``save_pretrained`` into ``<run>/model``: plain ``AutoModelForCausalLM.from_pretrained`` /
    ``AutoTokenizer.from_pretrained`` / ``pipeline("text-generation")`` load it. ``<run>/metrics.json`` holds the
    final and held-out loss and an arithmetic probe (greedy ``a op b =`` completions on fresh facts),
