@@ -97,3 +97,20 @@ def test_gpu_preset_is_the_seed_band():
     assert preset.grpo["beta"] == 0.05 and preset.grpo["bf16"] is True
     assert preset.grpo["vllm_mode"] == "colocate"
     assert preset.sft["lora_r"] >= 8 and "full" not in preset.sft and "full" not in preset.grpo  # LoRA
+
+
+@pytest.mark.parametrize("preset, bf16", [("quickstart", True), ("quickstart-agentic", False)])
+def test_presets_train_in_the_precision_they_were_measured_in(monkeypatch, preset, bf16):
+    """On a CPU with bf16 instructions the single-turn quickstart takes the stages' bf16 default; the agentic preset
+    learned worse in bf16 (docs/results-agentic.md) and pins fp32 in every training stage, its control included."""
+    from agentic_rl import utils
+    from agentic_rl.pipeline import (_section, _stage_class, _stage_config, _train_defaults, load_pipeline_config,
+                                     preset_path)
+
+    monkeypatch.setattr(utils, "has_gpu", lambda: False)
+    monkeypatch.setattr(utils, "cpu_computes_bf16", lambda: True)
+    pipeline = load_pipeline_config(preset_path(preset))
+    for name in ("pretrain", "sft", "grpo", "sft_continued"):
+        defaults = _train_defaults(pipeline, name, "runs/x/model", Path("runs/x") / name)
+        config = _stage_config(_stage_class(name), _section(pipeline, name), defaults, where=name)
+        assert config.bf16 is bf16, name
