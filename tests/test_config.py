@@ -82,8 +82,8 @@ def test_top_level_help_lists_every_stage(capsys):
     listed = re.findall(r"^    ([a-z][a-z-]*)(?:\s|$)", out, flags=re.MULTILINE)  # "    sft         Supervised ..."
     assert listed == EXPECTED_COMMANDS
     flat = " ".join(out.split())
-    for name, (_, _, _, help_text) in COMMANDS.items():
-        assert " ".join(help_text.split()) in flat, name
+    for name, stage in COMMANDS.items():
+        assert " ".join(stage.help.split()) in flat, name
 
 
 def test_stage_reads_its_section_of_a_pipeline_file(tmp_path):

@@ -22,8 +22,7 @@ BASE = {"serve": {"model": "some/model"}, "reward": {"file": "rows.jsonl"}, "exp
 
 
 def _config_class(command: str) -> type:
-    module_name, class_name, _, _ = COMMANDS[command]
-    return getattr(importlib.import_module(module_name), class_name)
+    return COMMANDS[command].config_class
 
 
 def _float_fields() -> list[tuple[str, str, bool]]:

@@ -124,8 +124,8 @@ def test_every_command_module_runs_with_python_dash_m():
     from agentic_rl.cli import COMMANDS
 
     names_of: dict[str, set[str]] = {}
-    for name, (module, *_) in COMMANDS.items():
-        names_of.setdefault(module, set()).add(name)
+    for name, stage in COMMANDS.items():
+        names_of.setdefault(stage.module, set()).add(name)
     for module, names in names_of.items():
         tree = ast.parse((SRC / (module.replace(".", "/") + ".py")).read_text())
         mains = [node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]

@@ -65,8 +65,8 @@ TYPES: dict[str, typing.Any] = {"report_to": list[str], "gradient_checkpointing"
 
 def _stage_configs() -> dict[str, type]:
     classes = {}
-    for command, (module, cls_name, _, _) in COMMANDS.items():
-        classes[command] = getattr(importlib.import_module(module), cls_name)
+    for command, stage in COMMANDS.items():
+        classes[command] = stage.config_class
     return classes
 
 

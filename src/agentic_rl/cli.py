@@ -13,43 +13,16 @@ import sys
 from typing import Sequence
 
 from agentic_rl.errors import AgenticRLError
+from agentic_rl.stages import STAGES
 
-# name -> (module, config class, run function, one-line help). Modules are imported lazily so that
-# `agentic-rl --help` and light commands stay fast.
-COMMANDS: dict[str, tuple[str, str, str, str]] = {
-    "data": ("agentic_rl.data.cli", "DataCommandConfig", "run",
-             "Inspect a dataset as the model will see it: `data preview` or `data stats`."),
-    "reward": ("agentic_rl.rewards.cli", "RewardCheckConfig", "run",
-               "Score completions in a JSONL file and show each reward component: `reward check FILE`."),
-    "pretrain": ("agentic_rl.train.pretrain", "PretrainConfig", "run",
-                 "Train the embedded tokenizer and tiny Qwen3 base model on a synthetic arithmetic corpus."),
-    "sft": ("agentic_rl.train.sft", "SFTConfig", "run", "Supervised fine-tuning (LoRA by default) with TRL's SFTTrainer."),
-    "grpo": ("agentic_rl.train.grpo", "GRPOConfig", "run",
-             "Group Relative Policy Optimization with TRL's GRPOTrainer and verifiable rewards."),
-    "reward-model": ("agentic_rl.train.reward_model", "RewardModelConfig", "run",
-                     "Train a reward model on preference pairs (prompt/chosen/rejected) with TRL's RewardTrainer."),
-    "preferences": ("agentic_rl.data.preferences", "PreferencesConfig", "run",
-                    "Sample k completions per prompt, score them with a judge (any reward), write best-vs-worst pairs."),
-    "eval": ("agentic_rl.eval.evaluate", "EvalConfig", "run",
-             "Evaluate one or more models: accuracy, pass@k, error analysis, report."),
-    "quickstart": ("agentic_rl.pipeline", "QuickstartConfig", "run_quickstart",
-                   "The whole embedded ladder on CPU: data, tiny base, SFT, GRPO, evaluation, export, report."),
-    "pipeline": ("agentic_rl.pipeline", "PipelineConfig", "run_pipeline",
-                 "The same ladder for any model and dataset, each stage switchable (see configs/)."),
-    "compare": ("agentic_rl.eval.compare", "CompareConfig", "run",
-                "GRPO vs its compute-matched SFT control over seeds: paired differences with 95-percent intervals."),
-    "tune": ("agentic_rl.tune", "TuneConfig", "run", "Hyper-parameter search (grid, random, Bayesian) on Optuna."),
-    "export": ("agentic_rl.deploy.export", "ExportConfig", "run",
-               "Write a merged model directory that transformers and vLLM load as is."),
-    "serve": ("agentic_rl.deploy.serve", "ServeConfig", "run",
-              "Serve a model over an OpenAI-compatible HTTP API (127.0.0.1 by default)."),
-}
+#: Command name -> stage record (the one table of stages, :mod:`agentic_rl.stages`).
+COMMANDS = STAGES
 
 
 def _load_command(name: str):
-    module_name, config_name, run_name, _ = COMMANDS[name]
-    module = importlib.import_module(module_name)
-    return getattr(module, config_name), getattr(module, run_name), module
+    stage = STAGES[name]
+    config_cls, run = stage.load()
+    return config_cls, run, importlib.import_module(stage.module)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -63,7 +36,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                "every setting.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_, _, _, help_text) in COMMANDS.items():
+    for name, stage in COMMANDS.items():
+        help_text = stage.help
         if name != only:
             sub.add_parser(name, help=help_text, add_help=False)
             continue

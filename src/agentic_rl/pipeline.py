@@ -277,17 +277,9 @@ def _section(config: PipelineConfig, name: str) -> dict[str, Any]:
 
 
 def _stage_class(name: str) -> type:
-    if name == "pretrain":
-        from agentic_rl.train.pretrain import PretrainConfig
+    from agentic_rl.stages import get_stage
 
-        return PretrainConfig
-    if name in ("sft", "sft_continued"):
-        from agentic_rl.train.sft import SFTConfig
-
-        return SFTConfig
-    from agentic_rl.train.grpo import GRPOConfig
-
-    return GRPOConfig
+    return get_stage("sft" if name == "sft_continued" else name).config_class
 
 
 def _resume_interrupted(name: str, out: Path, values: dict[str, Any], cls: type, where: str) -> dict[str, Any]:

@@ -332,13 +332,9 @@ def make_sampler(search: str, space: dict[str, Param], seed: int):
 
 def stage_class(stage: str) -> tuple[type, Callable[..., Any]]:
     """The stage's config dataclass and ``run`` function."""
-    if stage == "sft":
-        from agentic_rl.train.sft import SFTConfig, run
+    from agentic_rl.stages import get_stage
 
-        return SFTConfig, run
-    from agentic_rl.train.grpo import GRPOConfig, run
-
-    return GRPOConfig, run
+    return get_stage(stage).load()
 
 
 def _field_names(cls: type) -> list[str]:

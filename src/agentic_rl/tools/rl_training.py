@@ -113,7 +113,6 @@ BOOK_DEFAULTS = {"train": {"algorithm": "sft", "dataset": "gsm8k", "num_epochs":
 #: Rewards handed over as Python callables (``custom_reward``, ``register_reward_function``): reachable as
 #: ``agentic_rl.tools.rl_training:IN_PROCESS_REWARDS.<key>`` specs, so the stages load them like any user reward.
 IN_PROCESS_REWARDS = types.SimpleNamespace()
-ALGORITHMS = {"sft": ("agentic_rl.train.sft", "SFTConfig"), "grpo": ("agentic_rl.train.grpo", "GRPOConfig")}
 #: The tool's ``algorithm`` -> the stage that trains it. The key shadows ``GRPOConfig.algorithm``, so the GRPO stage's
 #: own policy updates are offered here by name and passed on as that field.
 TRAIN_ALGORITHMS = {"sft": "sft", "grpo": "grpo", "rloo": "grpo"}
@@ -136,9 +135,10 @@ DESCRIPTION = (
 def _stage_class(algorithm: str):
     import importlib
 
-    module_name, class_name = ALGORITHMS[algorithm]
-    module = importlib.import_module(module_name)
-    return module, getattr(module, class_name)
+    from agentic_rl.stages import get_stage
+
+    stage = get_stage(algorithm)
+    return importlib.import_module(stage.module), stage.config_class
 
 
 def _jsonable(value: Any) -> Any:
