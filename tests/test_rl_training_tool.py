@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentic_rl.tools.rl_training import HELLO_AGENTS, RLTrainingTool
+from agentic_rl.integrations.hello_agents import HELLO_AGENTS, RLTrainingTool
 
 QUESTIONS = [("Ann has 3 boxes of 4 pens. How many pens?", "12"), ("What is 9 + 8?", "17"),
              ("A train goes 60 km per hour for 2 hours. How far?", "120"), ("What is 30 - 12?", "18")]
@@ -189,7 +189,7 @@ def test_train_rloo_is_the_grpo_stage_with_the_rloo_update(tiny_model_dir, tmp_p
 def test_plain_class_without_hello_agents(tmp_path):
     code = (
         "import sys, json; sys.modules['hello_agents'] = None\n"
-        "from agentic_rl.tools.rl_training import RLTrainingTool, HELLO_AGENTS\n"
+        "from agentic_rl.integrations.hello_agents import RLTrainingTool, HELLO_AGENTS\n"
         "tool = RLTrainingTool(workspace=sys.argv[1])\n"
         "assert not HELLO_AGENTS and type(tool).__mro__[1] is object\n"
         "print(tool.run({'action': 'status'}))\n"

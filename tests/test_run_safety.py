@@ -404,7 +404,7 @@ def test_a_stage_directory_of_an_earlier_version_is_a_one_line_error_wherever_it
                                                                                                       monkeypatch):
     from agentic_rl.rewards.reward_model import load_reward_model
     from agentic_rl.runs import claim_stage_dir
-    from agentic_rl.tools.rl_training import RLTrainingTool
+    from agentic_rl.integrations.hello_agents import RLTrainingTool
     from agentic_rl.train.sft import SFT_OUTPUTS, SFTConfig
 
     monkeypatch.chdir(tmp_path)

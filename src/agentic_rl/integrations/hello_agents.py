@@ -111,7 +111,7 @@ BOOK_DEFAULTS = {"train": {"algorithm": "sft", "dataset": "gsm8k", "num_epochs":
                                    "step_bonus": 0.1},
                  "evaluate": {"eval_samples": 100, "dataset": "gsm8k", "split": "test", "max_new_tokens": 128}}
 #: Rewards handed over as Python callables (``custom_reward``, ``register_reward_function``): reachable as
-#: ``agentic_rl.tools.rl_training:IN_PROCESS_REWARDS.<key>`` specs, so the stages load them like any user reward.
+#: ``agentic_rl.integrations.hello_agents:IN_PROCESS_REWARDS.<key>`` specs, so the stages load them like any user reward.
 IN_PROCESS_REWARDS = types.SimpleNamespace()
 #: The tool's ``algorithm`` -> the stage that trains it. The key shadows ``GRPOConfig.algorithm``, so the GRPO stage's
 #: own policy updates are offered here by name and passed on as that field.
