@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agentic_rl.errors import ConfigError
 from agentic_rl.integrations.hello_agents import HELLO_AGENTS, RLTrainingTool
 
 QUESTIONS = [("Ann has 3 boxes of 4 pens. How many pens?", "12"), ("What is 9 + 8?", "17"),
@@ -391,3 +392,178 @@ def test_book_keys_errors(tmp_path):
     with pytest.raises(Exception, match="must be callable"):
         tool.register_reward_function("r", 3)
     assert not (tmp_path / "ws" / "runs").exists()   # nothing was trained or written by the failed calls
+
+
+# --- Registration, names and places as the book and hello-agents use them ------------------------------------------
+
+@pytest.mark.skipif(not HELLO_AGENTS, reason="hello-agents not installed")
+def test_register_in_a_real_hello_agents_registry(tmp_path):
+    from hello_agents.tools.registry import ToolRegistry
+
+    from agentic_rl.integrations import hello_agents
+
+    registry = ToolRegistry()
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    assert tool.register(registry) is tool and registry.get_tool("rl_training") is tool
+    other = ToolRegistry()
+    made = hello_agents.register(other, workspace=tmp_path / "ws2", name="trainer")
+    assert other.get_tool("trainer") is made and made.workspace == tmp_path / "ws2"
+    # the registered tool answers the registry's {"input": text} calls
+    assert json.loads(other.execute_tool("trainer", '{"action": "status"}'))["runs"] == []
+    with pytest.raises(ConfigError, match=r"^cannot register rl_training in a dict: a registry needs register_tool"):
+        tool.register({})
+
+
+def test_load_dataset_takes_dataset_as_train_and_evaluate_do(tmp_path):
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    train = _call(tool, action="load_dataset", dataset="synthetic", split="train", name="arith", max_samples=12,
+                  max_operand=20)
+    assert train["status"] == "success" and train["dataset"] == "arith" and train["num_rows"] == 12
+    # the dataset's name loads another split of its source with its options, into the same folder
+    test = _call(tool, action="load_dataset", dataset="arith", split="test", max_samples=5)
+    assert test["status"] == "success", test
+    assert test["dataset"] == "arith" and test["num_rows"] == 5 and test["path"] == train["path"]
+    state = json.loads((tmp_path / "ws" / "rl_training_state.json").read_text())
+    assert state["datasets"]["arith"]["options"]["max_operand"] == 20
+    from agentic_rl.data.custom import load_task_dataset
+
+    expected = load_task_dataset("synthetic", "test", max_samples=5, max_operand=20).to_list()
+    saved = load_task_dataset(train["path"], "test").to_list()
+    assert [r["question"] for r in saved] == [r["question"] for r in expected]
+    # one setting, two names: not both; a name of rows handed over in memory is not a source
+    both = _call(tool, action="load_dataset", dataset="synthetic", source="synthetic")
+    assert both["status"] == "error" and "give 'dataset' or 'source'" in both["message"]
+    tool.register_dataset("handed", [{"question": "What is 2 + 2?", "ground_truth": "4"}])
+    handed = _call(tool, action="load_dataset", dataset="handed", split="test")
+    assert handed["status"] == "error" and "holds only the rows handed to it" in handed["message"]
+
+
+def test_output_dir_stays_inside_the_workspace(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    for output_dir in ("../elsewhere", "./output/../../elsewhere"):
+        result = _call(tool, action="train", algorithm="sft", model="m", dataset="synthetic", output_dir=output_dir)
+        assert result["status"] == "error", result
+        assert f"output_dir '{output_dir}' leaves the workspace" in result["message"]
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "ws" / "runs").exists()
+
+
+def test_an_agents_key_value_text_is_read_as_numbers_and_flags(tmp_path):
+    """hello-agents' agents pass ``key=value`` calls as text: numbers and true/false arrive as strings."""
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    made = _call(tool, action="create_reward", reward_type="length_penalty", penalty_weight="0.1", max_length="20")
+    assert made["status"] == "success" and made["penalty_weight"] == 0.1 and made["max_length"] == 20
+    loaded = _call(tool, action="load_dataset", dataset="synthetic", split="train", max_samples="6", seed="2")
+    assert loaded["status"] == "success" and loaded["num_rows"] == 6
+    bad = _call(tool, model_name="m", num_epochs="two")
+    assert bad["action"] == "train" and "'num_epochs' must be a positive number, got 'two'" in bad["message"]
+    flag = _call(tool, model_name="m", use_lora="maybe")
+    assert "'use_lora' must be true or false" in flag["message"]
+
+
+def test_a_call_without_action_is_a_train_call(tmp_path):
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    result = _call(tool, algorithm="grpo", model="m", num_generations=1)
+    assert result["action"] == "train" and "num_generations" in result["message"]
+
+
+# --- The documented calls, run as written (a tiny model, a few steps) -----------------------------------------------
+
+def _docstring_calls() -> list[dict]:
+    """The ``tool.run({...})`` calls of the module docstring's example, in order."""
+    import ast
+    import textwrap
+
+    from agentic_rl.integrations import hello_agents
+
+    doc = hello_agents.__doc__
+    block = "\n".join(line for line in doc.split("\n\n", 2)[1].splitlines())
+    tree = ast.parse(textwrap.dedent(block))
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(node.func) == "tool.run"]
+    return [ast.literal_eval(call.args[0]) for call in sorted(calls, key=lambda c: c.lineno)]
+
+
+#: How the example shrinks to a tiny model and a few steps: these keys replace (or join) the documented ones.
+SHRINK = {"sft": {"max_steps": 2, "batch_size": 2, "lora_r": 4},
+          "grpo": {"max_steps": 1, "num_generations": 2, "batch_size": 2, "gradient_accumulation_steps": 1,
+                   "max_completion_length": 8, "lora_r": 4, "report_to": "none"},
+          "evaluate": {"max_samples": 3, "max_new_tokens": 8, "batch_size": 3},
+          "load_dataset": {"max_samples": 40}}
+
+
+def test_the_module_docstring_example_runs_as_written(tiny_model_dir, tmp_path):
+    calls = _docstring_calls()
+    assert [c["action"] for c in calls] == ["load_dataset", "create_reward", "train", "train", "evaluate", "status"]
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    results = []
+    for call in calls:
+        call = dict(call)
+        if call.get("model") == "Qwen/Qwen3-0.6B":
+            call["model"] = str(tiny_model_dir)
+        call.update(SHRINK.get(call.get("algorithm", call["action"]), {}))
+        result = _call(tool, **call)
+        assert result["status"] == "success", (call, result)
+        results.append(result)
+    load, reward, sft, grpo, evaluation, status = results
+    assert sft["run"] == "sft_1" and grpo["run"] == "grpo_2" and evaluation["run"] == "eval_3"
+    assert grpo["config"]["model"] == sft["model_dir"] and grpo["config"]["rewards"] == reward["specs"]
+    # evaluate on the dataset loaded for training: its test split, from the same source, never the train rows
+    assert evaluation["split"] == "test" and evaluation["metrics"]["num_prompts"] == 3
+    assert sorted(p.name for p in Path(load["path"]).iterdir()) == ["test.jsonl", "train.jsonl"]
+    train_questions = {json.loads(line)["question"] for line in (Path(load["path"]) / "train.jsonl").open()}
+    predictions = (Path(evaluation["output_dir"]) / "predictions.jsonl").read_text().splitlines()
+    assert not {json.loads(p)["question"] for p in predictions} & train_questions
+    assert [r["name"] for r in status["runs"]] == ["sft_1", "grpo_2", "eval_3"]
+    assert all(Path(r["output_dir"]).is_relative_to(tmp_path / "ws") for r in status["runs"])
+
+
+def _small_rows(n: int) -> list[dict]:
+    return [{"question": f"What is {i} + {i + 3}?", "ground_truth": str(2 * i + 3)} for i in range(n)]
+
+
+def test_book_calls_on_a_small_registered_dataset(tiny_model_dir, tmp_path, monkeypatch):
+    """The book's calls, as it writes them, on a dataset of 8 registered rows: nothing is refused for its size, the
+    book's relative output_dir lands in the workspace, and the book's helper functions run the same calls."""
+    from agentic_rl.integrations import hello_agents
+
+    monkeypatch.chdir(tmp_path)
+    ws = tmp_path / "ws"
+    tool = RLTrainingTool(workspace=ws)
+    tool.register_dataset("mini", _small_rows(8))
+    tiny = {"num_generations": 2, "gradient_accumulation_steps": 1, "max_completion_length": 8}
+    grpo = _call(tool, action="train", algorithm="grpo", model_name=str(tiny_model_dir), dataset="mini",
+                 num_epochs=1, batch_size=4, output_dir="./output/grpo", use_tensorboard=False, **tiny)
+    assert grpo["status"] == "success", grpo
+    assert grpo["output_dir"] == str(ws / "output" / "grpo") and not (tmp_path / "output").exists()
+    assert grpo["dataset_size"] == 8 and grpo["metrics"]["steps"] == 4   # every row trained on: 8 x 2 / 4
+    assert grpo["config"]["eval_samples"] == 0 and grpo["config"]["heldout_every"] == 0
+
+    sft = json.loads(hello_agents.train_with_sft(str(tiny_model_dir), max_samples=4, num_epochs=1,
+                                                 workspace=ws, dataset="mini", use_tensorboard=False))
+    assert sft["status"] == "success", sft
+    assert sft["output_dir"] == str(ws / "output" / "sft") and sft["dataset_size"] == 4
+    evaluation = json.loads(hello_agents.evaluate_model(sft["output_dir"] + "/model", max_samples=2, workspace=ws,
+                                                        dataset="mini", split="train", max_new_tokens=8))
+    assert evaluation["status"] == "success", evaluation
+    assert evaluation["num_samples"] == 2 and isinstance(evaluation["accuracy"], float)
+    refused = json.loads(hello_agents.evaluate_model(sft["output_dir"] + "/model", workspace=ws, dataset="mini"))
+    assert refused["status"] == "error" and "holds only the rows handed to it (split 'train')" in refused["message"]
+    rl = json.loads(hello_agents.load_dataset("rl", "train", 5, workspace=ws, dataset="synthetic"))
+    assert rl["status"] == "success" and rl["dataset_size"] == 5 and rl["format"] == "rl"
+    step = json.loads(hello_agents.create_reward_function("step", workspace=ws, step_bonus=0.2))
+    assert step["status"] == "success" and step["specs"] == ["step(beta=0.2,max_steps=2)"]
+
+
+def test_a_small_dataset_holds_out_a_fifth_for_the_checks(tiny_model_dir, tmp_path, capsys):
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    tool.register_dataset("sixty", _small_rows(60))
+    result = _call(tool, action="train", algorithm="grpo", model=str(tiny_model_dir), dataset="sixty", max_steps=1,
+                   num_generations=2, batch_size=2, gradient_accumulation_steps=1, max_completion_length=8,
+                   report_to="none")
+    assert result["status"] == "success", result
+    assert result["config"]["eval_samples"] == 12 and result["config"]["heldout_every"] > 0   # the preset's 100: 12
+    assert "60 rows: 12 held out for the periodic checks (eval_samples), 48 to train on" in capsys.readouterr().err
+    given = _call(tool, action="train", algorithm="grpo", model=str(tiny_model_dir), dataset="sixty", eval_samples=50,
+                  max_steps=1, num_generations=2, batch_size=2, gradient_accumulation_steps=1, max_completion_length=8,
+                  report_to="none")
+    assert given["status"] == "success" and given["config"]["eval_samples"] == 50   # a given setting is kept

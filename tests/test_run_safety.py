@@ -404,7 +404,6 @@ def test_a_stage_directory_of_an_earlier_version_is_a_one_line_error_wherever_it
                                                                                                       monkeypatch):
     from agentic_rl.rewards.reward_model import load_reward_model
     from agentic_rl.runs import claim_stage_dir
-    from agentic_rl.integrations.hello_agents import RLTrainingTool
     from agentic_rl.train.sft import SFT_OUTPUTS, SFTConfig
 
     monkeypatch.chdir(tmp_path)
@@ -425,14 +424,6 @@ def test_a_stage_directory_of_an_earlier_version_is_a_one_line_error_wherever_it
     assert _snapshot(tmp_path) == before and not (tmp_path / "eval").exists() and not (tmp_path / "runs").exists()
     with pytest.raises(ConfigError, match="renamed to model/"):
         load_reward_model(old)  # the reward model's run directory as a reward
-    tool = RLTrainingTool(tmp_path / "tool")  # the rl_training tool's registry of earlier runs
-    tool.runs["sft_1"] = {"model_dir": str(old / "merged")}
-    with pytest.raises(ConfigError, match="renamed to model/"):
-        tool._model_path("sft_1")
     # --overwrite replaces the earlier run: its merged/ goes with the rest of its outputs
     claim_stage_dir(old, SFTConfig(overwrite=True), stage="sft", stale=SFT_OUTPUTS, resuming=False)
     assert not (old / "merged").exists() and not (old / "metrics.json").exists()
-    # Renamed, the registry's recorded path follows it.
-    (old / "model").mkdir()
-    tool.runs["sft_2"] = {"model_dir": str(old / "merged")}
-    assert tool._model_path("sft_2") == str(old / "model")
