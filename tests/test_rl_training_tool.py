@@ -567,3 +567,86 @@ def test_a_small_dataset_holds_out_a_fifth_for_the_checks(tiny_model_dir, tmp_pa
                   max_steps=1, num_generations=2, batch_size=2, gradient_accumulation_steps=1, max_completion_length=8,
                   report_to="none")
     assert given["status"] == "success" and given["config"]["eval_samples"] == 50   # a given setting is kept
+
+
+def test_the_books_train_keys_map_onto_settings_or_say_why_not(tmp_path):
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    cases = [
+        ({"algorithm": "sft", "model_name": "m", "kl_coef": 0.05}, "'kl_coef' belongs to algorithm grpo (beta)"),
+        ({"algorithm": "sft", "model_name": "m", "reward_type": "accuracy"}, "'reward_type' belongs to algorithm grpo"),
+        ({"algorithm": "grpo", "model_name": "m", "reward_type": "accuracy", "rewards": ["format"]}, "not both"),
+        ({"algorithm": "grpo", "model_name": "m", "reward_type": "combined"}, "needs reward_config {'components'"),
+        ({"algorithm": "grpo", "model_name": "m", "reward_type": "combined",
+          "reward_config": {"components": [{"type": "fancy"}]}}, "reward_config component 1: reward_type must be one"),
+        ({"algorithm": "grpo", "model_name": "m", "reward_type": "combined",
+          "reward_config": {"components": [{"type": "step", "weight": "heavy"}]}}, "'weight' must be a number"),
+        ({"algorithm": "grpo", "model_name": "m", "lora_rank": 8, "lora_r": 8}, "give 'lora_rank'"),
+        ({"action": "evaluate", "model_path": "m", "use_lora": "perhaps"}, "'use_lora' must be true or false"),
+    ]
+    for params, message in cases:
+        result = _call(tool, **params)
+        assert result["status"] == "error" and message in result["message"], (params, result)
+    assert not (tmp_path / "ws" / "runs").exists()
+
+
+def test_the_books_chapter_calls_run_as_written(tiny_model_dir, tmp_path, monkeypatch):
+    """The Hello-Agents book's SFT, evaluation and GRPO calls (basic and complete) in sequence, each naming the
+    previous model by its output_dir, on 12 registered rows (the machine is offline: the book's GSM8K is replaced by
+    ``dataset``, and its sizes shrink to the tiny model's)."""
+    monkeypatch.chdir(tmp_path)
+    ws = tmp_path / "ws"
+    tool = RLTrainingTool(workspace=ws)
+    tool.register_dataset("mini", _small_rows(12))
+    sft = _call(tool, action="train", algorithm="sft", model_name=str(tiny_model_dir), output_dir="./models/sft_full",
+                dataset="mini", max_samples=None, num_epochs=1, batch_size=4, learning_rate=5e-5, warmup_ratio=0.1,
+                weight_decay=0.01, use_lora=True, lora_rank=4, lora_alpha=8,
+                lora_target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], save_steps=500, logging_steps=1,
+                eval_steps=500)
+    assert sft["status"] == "success", sft
+    assert sft["model_path"] == sft["model_dir"] and Path(sft["model_path"]).is_dir()
+    assert sft["num_samples"] == 12 and isinstance(sft["final_loss"], float) and sft["final_loss"] > 0
+    written = yaml.safe_load((ws / "models" / "sft_full" / "config.yaml").read_text())
+    assert written["lora_r"] == 4 and written["lora_alpha"] == 8 and written["weight_decay"] == 0.01
+    assert written["lora_target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"] and written["epochs"] == 1.0
+
+    evaluation = _call(tool, action="evaluate", model_path="./models/sft_full", max_samples=2, use_lora=True,
+                       dataset="mini", split="train", max_new_tokens=8)
+    assert evaluation["status"] == "success", evaluation
+    assert evaluation["model_path"] == sft["model_dir"] and evaluation["num_samples"] == 2
+
+    tiny = {"dataset": "mini", "gradient_accumulation_steps": 1, "max_new_tokens": 8}
+    basic = _call(tool, action="train", algorithm="grpo", model_name="./models/sft_full",
+                  output_dir="./models/grpo_model", max_samples=4, num_epochs=1, batch_size=4, learning_rate=1e-5,
+                  num_generations=2, kl_coef=0.05, use_lora=True, lora_rank=4, lora_alpha=8, reward_type="accuracy",
+                  **tiny)
+    assert basic["status"] == "success", basic
+    assert basic["config"]["model"] == sft["model_dir"] and basic["config"]["beta"] == 0.05
+    assert basic["config"]["rewards"] == ["accuracy:1.0"] and basic["config"]["max_completion_length"] == 8
+    assert basic["num_samples"] == 4 and isinstance(basic["average_reward"], float)
+
+    complete = _call(tool, action="train", algorithm="grpo", model_name="./models/sft_full",
+                     output_dir="./models/grpo_full", max_samples=None, num_epochs=1, batch_size=4,
+                     learning_rate=1e-5, warmup_ratio=0.1, num_generations=2, temperature=0.8, kl_coef=0.05,
+                     clip_range=0.2, use_lora=True, lora_rank=4, lora_alpha=8, reward_type="combined",
+                     reward_config={"components": [{"type": "accuracy", "weight": 1.0},
+                                                   {"type": "length_penalty", "weight": 0.5, "target_length": 200},
+                                                   {"type": "step", "weight": 0.3, "step_bonus": 0.1}]},
+                     save_steps=500, logging_steps=1, **tiny)
+    assert complete["status"] == "success", complete
+    config = complete["config"]
+    assert config["epsilon"] == 0.2 and config["temperature"] == 0.8 and config["warmup_ratio"] == 0.1
+    assert config["rewards"] == ["accuracy:1.0", "length(alpha=5.0e-06,target_length=200):0.5",
+                                 "step(beta=0.1,max_steps=5):0.3"]
+    assert complete["dataset_size"] == 12 and complete["metrics"]["steps"] == 6   # 12 prompts x 2 / 4 per step
+
+    # A train call on a registered dataset follows the book's rules: the reward registered under its name.
+    seen = []
+    tool.register_reward_function("mini", lambda completions, **kw: seen.append(len(completions)) or
+                                  [0.25] * len(completions))
+    ruled = _call(tool, action="train", algorithm="grpo", model=sft["model_dir"], dataset="mini",
+                  output_dir="./models/custom_grpo", max_steps=1, num_generations=2, batch_size=2,
+                  gradient_accumulation_steps=1, max_completion_length=8)
+    assert ruled["status"] == "success", ruled
+    assert "IN_PROCESS_REWARDS.mini_" in ruled["config"]["rewards"][0] and seen
+    assert not (tmp_path / "models").exists() and sorted(p.name for p in (ws / "models").iterdir()) == [
+        "custom_grpo", "grpo_full", "grpo_model", "sft_full"]

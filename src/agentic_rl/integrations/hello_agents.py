@@ -47,18 +47,23 @@ Actions and their parameters (besides ``action``):
 
 **The book's calls work as the Hello-Agents book writes them.** A call written for hello-agents' own ``rl_training``
 tool runs unchanged: ``model_name``, ``num_epochs``, ``use_lora``, ``batch_size``, ``max_samples``, ``output_dir``,
-``dataset``, ``custom_dataset``, ``custom_reward``, ``use_wandb``, ``use_tensorboard``, ``wandb_project`` for
-``train``; ``format``, ``split``, ``max_samples``, ``model_name`` for ``load_dataset``; ``reward_type``,
-``penalty_weight``, ``max_length``, ``step_bonus`` for ``create_reward``; ``model_path``, ``max_samples`` for
-``evaluate``; the methods :meth:`RLTrainingTool.register_dataset` / :meth:`RLTrainingTool.register_reward_function`;
+``dataset``, ``custom_dataset``, ``custom_reward``, ``use_wandb``, ``use_tensorboard``, ``wandb_project``,
+``lora_rank``, ``kl_coef``, ``clip_range``, ``max_new_tokens``, ``reward_type`` / ``reward_config`` and ``eval_steps``
+for ``train``; ``format``, ``split``, ``max_samples``, ``model_name`` for ``load_dataset``; ``reward_type``,
+``penalty_weight``, ``max_length``, ``step_bonus`` for ``create_reward``; ``model_path``, ``max_samples``, ``use_lora``
+for ``evaluate``; the methods :meth:`RLTrainingTool.register_dataset` / :meth:`RLTrainingTool.register_reward_function`;
 and the book's helper functions :func:`train_with_sft`, :func:`train_with_grpo`, :func:`load_dataset`,
 :func:`create_reward_function` and :func:`evaluate_model`. A call without ``action`` is a ``train`` call, as in the
-book. A call that uses one of the book's own keys gets the book's defaults for the keys it leaves out
-(``algorithm`` sft, ``dataset`` gsm8k, 3 epochs, batch size 4, LoRA, TensorBoard; the accuracy reward for GRPO;
-100 GSM8K test problems and 128 new tokens for ``evaluate``), except ``output_dir``: the book's ``"./output"`` would
-leave the workspace, so the run directory stays there. Each book key maps onto one of our settings (:data:`BOOK_KEYS`
-says which); giving both spellings of one setting is an error, and so is a key neither API knows. Every result has
-``status`` (``success`` or ``error``); an error also has ``error`` and the book's ``message`` (the same text).
+book. A call that uses one of the book's own keys (or trains on a dataset handed over with ``register_dataset``) gets
+the book's defaults for the keys it leaves out (``algorithm`` sft, ``model_name`` Qwen/Qwen2-0.5B-Instruct, ``dataset``
+gsm8k, 3 epochs, batch size 4, LoRA, TensorBoard; for GRPO the reward registered under the dataset's name, else
+accuracy; 100 GSM8K test problems and 128 new tokens for ``evaluate``), except ``output_dir``: the book's ``"./output"``
+would leave the workspace, so the run directory stays there. The book names a trained model by the ``output_dir`` it
+gave, so ``model_path`` / ``model_name`` equal to an earlier run's ``output_dir`` is that run's model; a train result
+also has the book's ``model_path``, ``num_samples``, ``final_loss`` (and ``average_reward`` for GRPO). Each book key
+maps onto one of our settings (:data:`BOOK_KEYS` says which); giving both spellings of one setting is an error, and so
+is a key neither API knows. Every result has ``status`` (``success`` or ``error``); an error also has ``error`` and the
+book's ``message`` (the same text).
 
 Numbers in results are numbers (0.57, not "57.00%"). When the ``hello-agents`` package is installed the class
 subclasses its ``Tool`` base; its registry passes ``{"input": "<text>"}``, which is read as a JSON object of the
@@ -101,21 +106,29 @@ BOOK_KEYS: dict[str, dict[str, str]] = {
               "output_dir": "output_dir", "dataset": "dataset",
               "custom_dataset": "dataset (registered first)", "custom_reward": "rewards (registered first)",
               "use_wandb": "report_to", "use_tensorboard": "report_to",
-              "wandb_project": "WANDB_PROJECT during the run"},
+              "wandb_project": "WANDB_PROJECT during the run", "lora_rank": "lora_r",
+              "kl_coef": "beta (grpo)", "clip_range": "epsilon (grpo)",
+              "max_new_tokens": "max_completion_length (grpo)",
+              "reward_type": "rewards (grpo), as create_reward builds them",
+              "reward_config": "reward_type 'combined': the weighted sum of its components",
+              "eval_steps": "heldout_every (grpo); sft evaluates no validation slice in between, as in the book"},
     "load_dataset": {"format": "the example's row format (sft/rl)", "split": "split", "max_samples": "max_samples",
                      "model_name": "renders the rl example with this tokenizer's chat template"},
     "create_reward": {"reward_type": "rewards", "penalty_weight": "length(alpha=penalty_weight/max_length)",
                       "max_length": "length(target_length=max_length)", "step_bonus": "step(beta=step_bonus)"},
-    "evaluate": {"model_path": "model", "max_samples": "eval_samples"},
+    "evaluate": {"model_path": "model", "max_samples": "eval_samples",
+                 "use_lora": "read from the model directory (an adapter loads with its base model)"},
 }
 #: Keys only the book uses: one of them in a call turns on the book's defaults for that action.
 BOOK_ONLY = {"train": {"model_name", "num_epochs", "use_lora", "custom_dataset", "custom_reward", "use_wandb",
-                       "use_tensorboard", "wandb_project"},
+                       "use_tensorboard", "wandb_project", "lora_rank", "kl_coef", "clip_range", "max_new_tokens",
+                       "reward_type", "reward_config", "eval_steps"},
              "load_dataset": {"format", "model_name"},
              "create_reward": {"reward_type", "penalty_weight", "max_length", "step_bonus"},
-             "evaluate": {"model_path"}}
-BOOK_DEFAULTS = {"train": {"algorithm": "sft", "dataset": "gsm8k", "num_epochs": 3, "use_lora": True, "batch_size": 4,
-                           "use_wandb": False, "use_tensorboard": True},
+             "evaluate": {"model_path", "use_lora"}}
+BOOK_DEFAULTS = {"train": {"algorithm": "sft", "model_name": "Qwen/Qwen2-0.5B-Instruct", "dataset": "gsm8k",
+                           "num_epochs": 3, "use_lora": True, "batch_size": 4, "use_wandb": False,
+                           "use_tensorboard": True},
                  "load_dataset": {"format": "sft", "split": "train", "max_samples": 100, "source": "gsm8k"},
                  "create_reward": {"reward_type": "accuracy", "penalty_weight": 0.001, "max_length": 1024,
                                    "step_bonus": 0.1},
@@ -409,7 +422,15 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             "wandb_project": ("string", "train: Weights & Biases project (book)"),
             "custom_reward": ("string", "train (grpo): a reward registered with register_reward_function (book)"),
             "format": ("string", "load_dataset: show the rows as sft or rl rows (book)"),
-            "reward_type": ("string", "create_reward: accuracy, length_penalty or step (book)"),
+            "reward_type": ("string", "create_reward, train (grpo): accuracy, length_penalty or step; train also "
+                                      "combined (book)"),
+            "reward_config": ("object", "train (grpo): the reward_type's parameters; for combined, 'components': "
+                                        "[{'type': ..., 'weight': ...}, ...] (book)"),
+            "lora_rank": ("integer", "train: LoRA rank (the book's name for 'lora_r')"),
+            "kl_coef": ("number", "train (grpo): KL coefficient (the book's name for 'beta')"),
+            "clip_range": ("number", "train (grpo): clipping range (the book's name for 'epsilon')"),
+            "eval_steps": ("integer", "train (grpo): held-out checks every N steps (the book's name for "
+                                      "'heldout_every')"),
             "penalty_weight": ("number", "create_reward (length_penalty): penalty weight (book; default 0.001)"),
             "max_length": ("integer", "create_reward (length_penalty): length in characters beyond which the "
                                       "penalty starts (book; default 1024); train (sft): token limit"),
@@ -463,13 +484,25 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         return f"{prefix}_{n}"
 
     def _model_path(self, model: Any) -> Any:
-        """An earlier run's name -> its model directory; anything else unchanged."""
-        if isinstance(model, str) and model in self.runs:
-            path = self.runs[model].get("model_dir")
-            if not path:
-                raise ConfigError(f"run {model!r} has no model (it is an evaluation or did not finish)")
-            return path
-        return model
+        """An earlier run's name, or the ``output_dir`` it was given (the book names a trained model by it) -> its
+        model directory; a relative path that exists inside the workspace -> that path; anything else unchanged."""
+        if not isinstance(model, str):
+            return model
+        if model not in self.runs:
+            path = Path(model).expanduser()
+            if not path.is_absolute() and (self.workspace / path).exists():
+                path = self.workspace / path
+            if not path.exists():
+                return model  # a hub id, or a path the stage reports as missing
+            given = next((name for name, run in self.runs.items() if run.get("kind") == "train"
+                          and run.get("output_dir") and Path(run["output_dir"]).resolve() == path.resolve()), None)
+            if given is None:
+                return str(path)
+            model = given
+        path = self.runs[model].get("model_dir")
+        if not path:
+            raise ConfigError(f"run {model!r} has no model (it is an evaluation or did not finish)")
+        return path
 
     def _output_dir(self, params: dict[str, Any], default: Path) -> None:
         """``output_dir`` as the stage gets it: ``default`` when not given; a relative path (the book's
@@ -575,7 +608,9 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         from agentic_rl.config import config_from_dict, config_to_dict
         from agentic_rl.utils import world_size
 
-        book = bool(params.keys() & BOOK_ONLY["train"])
+        registered = self.datasets.get(params.get("dataset")) if isinstance(params.get("dataset"), str) else None
+        # the book's keys, or a dataset handed over with the book's register_dataset: the book's rules and defaults
+        book = bool(params.keys() & BOOK_ONLY["train"]) or bool(registered and registered["source"] == "registered")
         if book:
             params.setdefault("algorithm", BOOK_DEFAULTS["train"]["algorithm"])
         algorithm = params.pop("algorithm", None)
@@ -659,7 +694,13 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             rows = book_info.get("dataset_size", (result.get("metrics") or {}).get("train_rows"))
             epochs = num_epochs if num_epochs is not None else getattr(config, "epochs", None)
             named = {k: v for k, v in book_info.items() if k in ("custom_dataset", "custom_reward", "wandb_project")}
-            out.update(model=config.model, num_epochs=epochs, dataset_size=rows, **named)
+            last = record["metrics"].get("last_logged", {})
+            loss = next((last[k] for k in ("train/loss", "loss", "train_loss") if k in last),
+                        record["metrics"].get("final_loss"))
+            out.update(model=config.model, num_epochs=epochs, dataset_size=rows, num_samples=rows,
+                       model_path=record["model_dir"], final_loss=loss, **named)
+            if stage == "grpo":
+                out["average_reward"] = last.get("grpo/reward")
         return out
 
     def _book_train(self, algorithm: str, params: dict[str, Any]) -> tuple[list | None, dict[str, Any]]:
@@ -669,6 +710,25 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         defaults = BOOK_DEFAULTS["train"]
         info: dict[str, Any] = {}
         _pop_renamed(params, "model_name", "model")
+        params.setdefault("model", defaults["model_name"])
+        _pop_renamed(params, "lora_rank", "lora_r")
+        grpo_only = {"kl_coef": "beta", "clip_range": "epsilon", "max_new_tokens": "max_completion_length"}
+        for book_key, our_key in grpo_only.items():
+            if book_key in params:
+                if algorithm == "sft":
+                    raise ConfigError(f"'{book_key}' belongs to algorithm grpo ({our_key})")
+                _pop_renamed(params, book_key, our_key)
+        eval_steps = params.pop("eval_steps", None)
+        if eval_steps is not None and algorithm != "sft":  # SFT: no validation slice in between, as in the book
+            params.setdefault("heldout_every", eval_steps)
+        reward_type, reward_config = params.pop("reward_type", None), params.pop("reward_config", None)
+        if reward_type is not None or reward_config is not None:
+            if algorithm == "sft":
+                raise ConfigError("'reward_type' belongs to algorithm grpo: sft learns from demonstrations, without a "
+                                  "reward")
+            if params.keys() & {"rewards", "reward", "custom_reward"}:
+                raise ConfigError("give 'reward_type' (the book's way) or 'rewards' / 'custom_reward', not both")
+            params["rewards"] = _book_train_rewards(reward_type, reward_config)
 
         rows = None
         custom = params.pop("custom_dataset", None)
@@ -844,9 +904,10 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         from agentic_rl.eval.evaluate import run as run_eval
 
         name = self._new_name(params.pop("name", None), "eval", self.runs)
-        book = "model_path" in params
+        book = bool(params.keys() & BOOK_ONLY["evaluate"])
         _pop_renamed(params, "max_samples", "eval_samples")
         if book:
+            _flag(params, "use_lora", True)  # whether the model is an adapter is read from its directory
             _pop_renamed(params, "model_path", "model")
             for key, value in BOOK_DEFAULTS["evaluate"].items():
                 params.setdefault(key, value)
@@ -982,6 +1043,43 @@ def _book_reward_spec(book: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     spec = f"step(beta={_yaml_number(bonus)},max_steps={cap})"
     return [spec], {"reward_type": reward_type, "step_bonus": bonus,
                     "description": f"accuracy + {bonus:g} * reasoning steps (at most {cap} steps) for correct answers"}
+
+
+def _book_train_rewards(reward_type: Any, reward_config: Any) -> list[str]:
+    """A train call's ``reward_type`` (with ``reward_config``: that type's parameters) -> reward specs, built as
+    ``create_reward`` builds them. ``combined`` is the weighted sum of ``reward_config["components"]``, each a
+    ``{"type": ..., "weight": ...}`` with that type's parameters (``target_length`` is ``max_length``)."""
+    if reward_config is not None and not isinstance(reward_config, dict):
+        raise ConfigError(f"'reward_config' must be a mapping, got {type(reward_config).__name__}")
+    config = dict(reward_config or {})
+    kind = (reward_type or ("combined" if "components" in config else "accuracy"))
+    kind = kind.lower() if isinstance(kind, str) else kind
+
+    def spec(component: dict[str, Any], where: str) -> str:
+        params = {("max_length" if k == "target_length" else k): v for k, v in component.items()}
+        try:
+            specs, _ = _book_reward_spec(params)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        return specs[0]
+
+    if kind != "combined":
+        return [spec({"reward_type": kind, **config}, "reward_config")]
+    components = config.pop("components", None)
+    if config:
+        raise ConfigError(f"reward_config for reward_type 'combined' takes 'components', not '{next(iter(config))}'")
+    if not isinstance(components, list) or not components or not all(isinstance(c, dict) for c in components):
+        raise ConfigError("reward_type 'combined' needs reward_config {'components': [{'type': 'accuracy', "
+                          "'weight': 1.0}, ...]}")
+    specs = []
+    for i, component in enumerate(components):
+        component = dict(component)
+        weight = _number(component.pop("weight", 1.0))
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            raise ConfigError(f"reward_config component {i + 1}: 'weight' must be a number, got {weight!r}")
+        base = spec({"reward_type": component.pop("type", None), **component}, f"reward_config component {i + 1}")
+        specs.append(f"{base.removesuffix(':1.0')}:{_yaml_number(weight)}")
+    return specs
 
 
 def _score(funcs, weights, names, completions: Any, truth: Any) -> list[dict[str, Any]]:
