@@ -582,6 +582,9 @@ def test_the_books_train_keys_map_onto_settings_or_say_why_not(tmp_path):
           "reward_config": {"components": [{"type": "step", "weight": "heavy"}]}}, "'weight' must be a number"),
         ({"algorithm": "grpo", "model_name": "m", "lora_rank": 8, "lora_r": 8}, "give 'lora_rank'"),
         ({"action": "evaluate", "model_path": "m", "use_lora": "perhaps"}, "'use_lora' must be true or false"),
+        ({"action": "evaluate", "model_path": "m", "metrics": ["accuracy", "bleu"]}, "unknown metric 'bleu'"),
+        ({"action": "evaluate", "model_path": "m", "k": 0}, "'k' must be a positive integer"),
+        ({"action": "evaluate", "model_path": "m", "k": 2, "num_samples": 2}, "give 'k'"),
     ]
     for params, message in cases:
         result = _call(tool, **params)
@@ -638,6 +641,21 @@ def test_the_books_chapter_calls_run_as_written(tiny_model_dir, tmp_path, monkey
     assert config["rewards"] == ["accuracy:1.0", "length(alpha=5.0e-06,target_length=200):0.5",
                                  "step(beta=0.1,max_steps=5):0.3"]
     assert complete["dataset_size"] == 12 and complete["metrics"]["steps"] == 6   # 12 prompts x 2 / 4 per step
+
+    # The book's analysis: chosen metrics, accuracy@k and the details of every answer, by the returned output_dir.
+    analysed = _call(tool, action="evaluate", model_path=complete["output_dir"], max_samples=3, use_lora=True,
+                     metrics=["accuracy", "accuracy_at_k", "average_length", "average_steps", "format_correctness"],
+                     k=2, return_details=True, dataset="mini", split="train", max_new_tokens=8)
+    assert analysed["status"] == "success", analysed
+    metrics = analysed["metrics"]
+    assert analysed["model_path"] == complete["model_dir"] and analysed["num_samples"] == 3
+    assert len(analysed["details"]) == 6 and analysed["accuracy_at_k"] == metrics["pass@2"]   # 3 problems x 2
+    assert analysed["errors"] == [d for d in analysed["details"] if not d["correct"]]
+    assert analysed["average_length"] == metrics["avg_tokens"] and analysed["average_steps"] == metrics["avg_steps"]
+    assert analysed["format_correctness"] == metrics["format_rate"]
+    assert {d["ground_truth"] for d in analysed["details"]} <= {r["ground_truth"] for r in _small_rows(12)}
+    written = yaml.safe_load((Path(analysed["output_dir"]) / "config.yaml").read_text())
+    assert written["num_samples"] == 2 and written["temperature"] == 0.7 and written["pass_at_k"] == [1, 2]
 
     # A train call on a registered dataset follows the book's rules: the reward registered under its name.
     seen = []

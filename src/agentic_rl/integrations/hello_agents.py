@@ -50,20 +50,22 @@ tool runs unchanged: ``model_name``, ``num_epochs``, ``use_lora``, ``batch_size`
 ``dataset``, ``custom_dataset``, ``custom_reward``, ``use_wandb``, ``use_tensorboard``, ``wandb_project``,
 ``lora_rank``, ``kl_coef``, ``clip_range``, ``max_new_tokens``, ``reward_type`` / ``reward_config`` and ``eval_steps``
 for ``train``; ``format``, ``split``, ``max_samples``, ``model_name`` for ``load_dataset``; ``reward_type``,
-``penalty_weight``, ``max_length``, ``step_bonus`` for ``create_reward``; ``model_path``, ``max_samples``, ``use_lora``
-for ``evaluate``; the methods :meth:`RLTrainingTool.register_dataset` / :meth:`RLTrainingTool.register_reward_function`;
-and the book's helper functions :func:`train_with_sft`, :func:`train_with_grpo`, :func:`load_dataset`,
-:func:`create_reward_function` and :func:`evaluate_model`. A call without ``action`` is a ``train`` call, as in the
-book. A call that uses one of the book's own keys (or trains on a dataset handed over with ``register_dataset``) gets
-the book's defaults for the keys it leaves out (``algorithm`` sft, ``model_name`` Qwen/Qwen2-0.5B-Instruct, ``dataset``
-gsm8k, 3 epochs, batch size 4, LoRA, TensorBoard; for GRPO the reward registered under the dataset's name, else
-accuracy; 100 GSM8K test problems and 128 new tokens for ``evaluate``), except ``output_dir``: the book's ``"./output"``
-would leave the workspace, so the run directory stays there. The book names a trained model by the ``output_dir`` it
-gave, so ``model_path`` / ``model_name`` equal to an earlier run's ``output_dir`` is that run's model; a train result
-also has the book's ``model_path``, ``num_samples``, ``final_loss`` (and ``average_reward`` for GRPO). Each book key
-maps onto one of our settings (:data:`BOOK_KEYS` says which); giving both spellings of one setting is an error, and so
-is a key neither API knows. Every result has ``status`` (``success`` or ``error``); an error also has ``error`` and the
-book's ``message`` (the same text).
+``penalty_weight``, ``max_length``, ``step_bonus`` for ``create_reward``; ``model_path``, ``max_samples``, ``use_lora``,
+``metrics``, ``k``, ``return_details`` for ``evaluate``; the methods :meth:`RLTrainingTool.register_dataset` /
+:meth:`RLTrainingTool.register_reward_function`; and the book's helper functions :func:`train_with_sft`,
+:func:`train_with_grpo`, :func:`load_dataset`, :func:`create_reward_function` and :func:`evaluate_model`. A call without
+``action`` is a ``train`` call, as in the book. A call that uses one of the book's own keys (or trains on a dataset
+handed over with ``register_dataset``) gets the book's defaults for the keys it leaves out (``algorithm`` sft,
+``model_name`` Qwen/Qwen2-0.5B-Instruct, ``dataset`` gsm8k, 3 epochs, batch size 4, LoRA, TensorBoard; for GRPO the
+reward registered under the dataset's name, else accuracy; 100 GSM8K test problems and 128 new tokens for ``evaluate``),
+except ``output_dir``: the book's ``"./output"`` would leave the workspace, so the run directory stays there. The book
+names a trained model by the ``output_dir`` it gave, so ``model_path`` / ``model_name`` equal to an earlier run's
+``output_dir`` is that run's model; a train result also has the book's ``model_path``, ``num_samples``, ``final_loss``
+(and ``average_reward`` for GRPO), an evaluate result its ``accuracy``, ``average_reward``, ``average_length``,
+``average_steps``, ``format_correctness``, ``accuracy_at_k``, ``details`` and ``errors``. Each book key maps onto one of
+our settings (:data:`BOOK_KEYS` says which); giving both spellings of one setting is an error, and so is a key neither
+API knows. Every result has ``status`` (``success`` or ``error``); an error also has ``error`` and the book's
+``message`` (the same text).
 
 Numbers in results are numbers (0.57, not "57.00%"). When the ``hello-agents`` package is installed the class
 subclasses its ``Tool`` base; its registry passes ``{"input": "<text>"}``, which is read as a JSON object of the
@@ -117,7 +119,10 @@ BOOK_KEYS: dict[str, dict[str, str]] = {
     "create_reward": {"reward_type": "rewards", "penalty_weight": "length(alpha=penalty_weight/max_length)",
                       "max_length": "length(target_length=max_length)", "step_bonus": "step(beta=step_bonus)"},
     "evaluate": {"model_path": "model", "max_samples": "eval_samples",
-                 "use_lora": "read from the model directory (an adapter loads with its base model)"},
+                 "use_lora": "read from the model directory (an adapter loads with its base model)",
+                 "metrics": "the metrics the result must hold (it holds all of them)",
+                 "k": "num_samples = k (sampled at temperature 0.7 unless given), accuracy_at_k = pass@k",
+                 "return_details": "the result's details (every completion) and errors (the wrong ones)"},
 }
 #: Keys only the book uses: one of them in a call turns on the book's defaults for that action.
 BOOK_ONLY = {"train": {"model_name", "num_epochs", "use_lora", "custom_dataset", "custom_reward", "use_wandb",
@@ -125,7 +130,7 @@ BOOK_ONLY = {"train": {"model_name", "num_epochs", "use_lora", "custom_dataset",
                        "reward_type", "reward_config", "eval_steps"},
              "load_dataset": {"format", "model_name"},
              "create_reward": {"reward_type", "penalty_weight", "max_length", "step_bonus"},
-             "evaluate": {"model_path", "use_lora"}}
+             "evaluate": {"model_path", "use_lora", "metrics", "k", "return_details"}}
 BOOK_DEFAULTS = {"train": {"algorithm": "sft", "model_name": "Qwen/Qwen2-0.5B-Instruct", "dataset": "gsm8k",
                            "num_epochs": 3, "use_lora": True, "batch_size": 4, "use_wandb": False,
                            "use_tensorboard": True},
@@ -427,6 +432,11 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             "reward_config": ("object", "train (grpo): the reward_type's parameters; for combined, 'components': "
                                         "[{'type': ..., 'weight': ...}, ...] (book)"),
             "lora_rank": ("integer", "train: LoRA rank (the book's name for 'lora_r')"),
+            "metrics": ("array", "evaluate: metrics the result must hold: accuracy, accuracy_at_k, average_length, "
+                                 "average_steps, format_correctness, average_reward (book)"),
+            "k": ("integer", "evaluate: answers sampled per problem for accuracy_at_k (book)"),
+            "return_details": ("boolean", "evaluate: also return every completion (details) and the wrong ones "
+                                          "(errors) (book)"),
             "kl_coef": ("number", "train (grpo): KL coefficient (the book's name for 'beta')"),
             "clip_range": ("number", "train (grpo): clipping range (the book's name for 'epsilon')"),
             "eval_steps": ("integer", "train (grpo): held-out checks every N steps (the book's name for "
@@ -906,8 +916,11 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         name = self._new_name(params.pop("name", None), "eval", self.runs)
         book = bool(params.keys() & BOOK_ONLY["evaluate"])
         _pop_renamed(params, "max_samples", "eval_samples")
+        details, k = False, None
         if book:
             _flag(params, "use_lora", True)  # whether the model is an adapter is read from its directory
+            details = _flag(params, "return_details", False)
+            k = _book_eval_k(params)
             _pop_renamed(params, "model_path", "model")
             for key, value in BOOK_DEFAULTS["evaluate"].items():
                 params.setdefault(key, value)
@@ -949,7 +962,18 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
 
             out.update(model_path=config.models[0], num_samples=single["num_prompts"],
                        accuracy=single["accuracy_strict"], average_reward=single["avg_reward"],
-                       device=resolve_device(None))
+                       average_length=single["avg_tokens"], average_steps=single["avg_steps"],
+                       format_correctness=single["format_rate"], device=resolve_device(None))
+            if k is not None:
+                out["accuracy_at_k"] = single.get(f"pass@{k}")
+            predictions = Path(result["output_dir"]) / "predictions.jsonl"
+            if details and predictions.is_file():  # per completion: the book's detail rows; the wrong ones its errors
+                from agentic_rl.utils import read_jsonl
+
+                rows = [{"question": r["question"], "prediction": r["completion"], "ground_truth": r["ground_truth"],
+                         "correct": bool(r["correct_strict"]), "ground_truth_steps": r["reference_steps"],
+                         "category": r["category"]} for r in read_jsonl(predictions)]
+                out.update(details=_jsonable(rows), errors=_jsonable([r for r in rows if not r["correct"]]))
         return out
 
     def _status(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -1043,6 +1067,34 @@ def _book_reward_spec(book: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     spec = f"step(beta={_yaml_number(bonus)},max_steps={cap})"
     return [spec], {"reward_type": reward_type, "step_bonus": bonus,
                     "description": f"accuracy + {bonus:g} * reasoning steps (at most {cap} steps) for correct answers"}
+
+
+#: The metrics a book evaluate call may ask for (the result holds them all).
+BOOK_EVAL_METRICS = ("accuracy", "accuracy_at_k", "average_length", "average_steps", "format_correctness",
+                     "average_reward")
+
+
+def _book_eval_k(params: dict[str, Any]) -> int | None:
+    """The book's evaluate ``metrics`` (checked) and ``k`` (-> ``num_samples`` and ``pass_at_k``), in place."""
+    wanted = params.pop("metrics", None)
+    if wanted is not None:
+        if isinstance(wanted, str):
+            wanted = [wanted]
+        bad = [m for m in wanted if m not in BOOK_EVAL_METRICS] if isinstance(wanted, list) else [wanted]
+        if bad:
+            raise ConfigError(f"unknown metric {bad[0]!r}; metrics are {', '.join(BOOK_EVAL_METRICS)}")
+    k = _number(params.pop("k", None))
+    if k is None:
+        return None
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"'k' must be a positive integer, got {k!r}")
+    if "num_samples" in params:
+        raise ConfigError("give 'k' (the book's name) or 'num_samples', not both")
+    params["num_samples"] = k
+    params.setdefault("pass_at_k", sorted({1, k}))
+    if k > 1:
+        params.setdefault("temperature", 0.7)  # k greedy answers would be one answer k times
+    return k
 
 
 def _book_train_rewards(reward_type: Any, reward_config: Any) -> list[str]:
