@@ -546,7 +546,11 @@ def test_book_calls_on_a_small_registered_dataset(tiny_model_dir, tmp_path, monk
                                                         dataset="mini", split="train", max_new_tokens=8))
     assert evaluation["status"] == "success", evaluation
     assert evaluation["num_samples"] == 2 and isinstance(evaluation["accuracy"], float)
-    refused = json.loads(hello_agents.evaluate_model(sft["output_dir"] + "/model", workspace=ws, dataset="mini"))
+    # rows handed over have one split: evaluate reads them unless another split is asked for
+    handed = json.loads(hello_agents.evaluate_model(sft["output_dir"], max_samples=2, workspace=ws, dataset="mini",
+                                                    max_new_tokens=8))
+    assert handed["status"] == "success" and handed["split"] == "train" and handed["num_samples"] == 2, handed
+    refused = json.loads(hello_agents.evaluate_model(sft["output_dir"], workspace=ws, dataset="mini", split="test"))
     assert refused["status"] == "error" and "holds only the rows handed to it (split 'train')" in refused["message"]
     rl = json.loads(hello_agents.load_dataset("rl", "train", 5, workspace=ws, dataset="synthetic"))
     assert rl["status"] == "success" and rl["dataset_size"] == 5 and rl["format"] == "rl"

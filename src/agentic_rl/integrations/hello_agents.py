@@ -35,7 +35,8 @@ Actions and their parameters (besides ``action``):
   ``seed``, synthetic knobs) and optional ``name``. The canonical rows are saved as
   ``<workspace>/datasets/<name>/<split>.jsonl`` so later ``train`` / ``evaluate`` calls read exactly them; a split
   they ask for that was not loaded yet is loaded from the same source (``evaluate`` on the test split of a dataset
-  loaded for training).
+  loaded for training); rows handed over with ``register_dataset`` are one split, which ``evaluate`` reads unless
+  another is asked for.
 * ``create_reward`` — ``rewards`` (a spec or a list: ``"accuracy:1.0"``, ``"length(alpha=0.01):0.5"``,
   ``"my_pkg.rewards:brevity:0.3"``), optional ``name``; built once with :func:`agentic_rl.rewards.build_rewards` to
   check it. Optional ``completions`` (+ ``ground_truth``) scores sample texts with each component.
@@ -916,7 +917,7 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         name = self._new_name(params.pop("name", None), "eval", self.runs)
         book = bool(params.keys() & BOOK_ONLY["evaluate"])
         _pop_renamed(params, "max_samples", "eval_samples")
-        details, k = False, None
+        details, k, split_given = False, None, "split" in params
         if book:
             _flag(params, "use_lora", True)  # whether the model is an adapter is read from its directory
             details = _flag(params, "return_details", False)
@@ -941,6 +942,13 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         if "rewards" in params:
             params["rewards"] = self._reward_specs(params["rewards"])
         dataset_name = self._dataset_source(params)
+        handed = self.datasets[dataset_name] if dataset_name else None
+        if handed and handed["source"] in ("registered", "custom_dataset") and not split_given:
+            params["split"] = next(iter(handed["splits"]))  # rows handed over have one split: those rows
+            from agentic_rl.utils import log
+
+            log(f"rl_training: evaluating on the rows handed over as dataset '{dataset_name}' (its "
+                f"{params['split']} split)")
         self._output_dir(params, self.workspace / "evals" / name)
         config = config_from_dict(EvalConfig, params, from_string=True, where="rl_training evaluate")
         self._ensure_split(dataset_name, config.split)
