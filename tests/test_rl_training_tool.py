@@ -638,13 +638,15 @@ def test_the_books_chapter_calls_run_as_written(tiny_model_dir, tmp_path, monkey
                      reward_config={"components": [{"type": "accuracy", "weight": 1.0},
                                                    {"type": "length_penalty", "weight": 0.5, "target_length": 200},
                                                    {"type": "step", "weight": 0.3, "step_bonus": 0.1}]},
-                     save_steps=500, logging_steps=1, **tiny)
+                     save_steps=500, logging_steps=1, eval_steps=3, **tiny)
     assert complete["status"] == "success", complete
     config = complete["config"]
+    assert config["heldout_every"] == 3 and config["eval_samples"] == 2   # checks asked for: a fifth of 12 rows
     assert config["epsilon"] == 0.2 and config["temperature"] == 0.8 and config["warmup_ratio"] == 0.1
     assert config["rewards"] == ["accuracy:1.0", "length(alpha=5.0e-06,target_length=200):0.5",
                                  "step(beta=0.1,max_steps=5):0.3"]
-    assert complete["dataset_size"] == 12 and complete["metrics"]["steps"] == 6   # 12 prompts x 2 / 4 per step
+    assert complete["dataset_size"] == 10 and complete["metrics"]["steps"] == 5   # 10 prompts x 2 / 4 per step
+    assert complete["metrics"]["heldout_last"]["n"] == 2
 
     # The book's analysis: chosen metrics, accuracy@k and the details of every answer, by the returned output_dir.
     analysed = _call(tool, action="evaluate", model_path=complete["output_dir"], max_samples=3, use_lora=True,

@@ -25,10 +25,10 @@ Actions and their parameters (besides ``action``):
   stage's own ``run(config)`` trains. ``model`` and ``dataset`` may name an earlier run / loaded dataset; ``rewards``
   may name a reward created with ``create_reward`` (or list specs and names). The run directory defaults to
   ``<workspace>/runs/<name>``; a relative ``output_dir`` is a folder inside the workspace (an absolute one is used
-  as given); its ``config.yaml`` holds every resolved setting. GRPO on a dataset the tool holds, with the held-out
-  settings (``eval_samples``, ``heldout_every``) left to the preset, holds out at most a fifth of the rows for its
-  periodic checks, and none when that is fewer than 8 problems (a small dataset trains on every row); one line says
-  which.
+  as given); its ``config.yaml`` holds every resolved setting. GRPO on a dataset the tool holds, with the size of
+  the held-out slice (``eval_samples``) left to the preset, holds out at most a fifth of the rows for its periodic
+  checks, and none when that is fewer than 8 problems (a small dataset trains on every row) unless ``heldout_every``
+  asks for the checks (then at least one); one line says which.
 * ``load_dataset`` — ``dataset`` (also called ``source``: synthetic, gsm8k, a hub id, a file or folder,
   ``module:function``, or a dataset loaded before, whose source and options are then reused for another split),
   ``split``, any keyword of :func:`agentic_rl.data.custom.load_task_dataset` (column mapping, ``max_samples``,
@@ -561,10 +561,11 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         self._store_dataset(name, split, rows, source=entry["source"], options=entry.get("options", {}))
         log(f"rl_training: loaded the {split} split of dataset '{name}' ({len(rows)} rows of {entry['source']})")
 
-    def _fit_heldout(self, config: Any, rows: int) -> dict[str, Any]:
-        """GRPO's held-out slice for a training split of ``rows`` rows when the call left it to the preset: at most
-        :data:`HELDOUT_FRACTION` of the rows, and none (no periodic checks) when that is fewer than
-        :data:`MIN_HELDOUT` problems. Returns the settings to change (empty: the preset's slice fits)."""
+    def _fit_heldout(self, config: Any, rows: int, checks_asked: bool) -> dict[str, Any]:
+        """GRPO's held-out slice for a training split of ``rows`` rows when the call left its size to the preset: at
+        most :data:`HELDOUT_FRACTION` of the rows, and none (no periodic checks) when that is fewer than
+        :data:`MIN_HELDOUT` problems, unless the call asked for the checks (``heldout_every``): then at least one.
+        Returns the settings to change (empty: the preset's slice fits)."""
         carved = (config.eval_samples and config.heldout_every and config.heldout_split == config.split
                   and config.heldout_dataset in (None, config.dataset))
         if not carved:
@@ -574,7 +575,9 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             return {}
         from agentic_rl.utils import log
 
-        if fitted < MIN_HELDOUT:
+        if checks_asked:
+            fitted = max(1, fitted)
+        elif fitted < MIN_HELDOUT:
             log(f"rl_training: the dataset has {rows} rows, too few to hold some out: no periodic held-out checks "
                 f"(give eval_samples and heldout_every to choose)")
             return {"eval_samples": 0, "heldout_every": 0}
@@ -652,10 +655,10 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         self._output_dir(params, self.workspace / "runs" / name)
         where = f"rl_training train ({algorithm})"
         config = config_from_dict(cls, params, from_string=True, where=where)
-        if stage == "grpo" and not params.keys() & {"eval_samples", "heldout_every"}:
+        if stage == "grpo" and "eval_samples" not in params:
             rows = len(custom_rows) if custom_rows is not None else (
                 self.datasets[dataset_name]["splits"].get(config.split, {}).get("num_rows") if dataset_name else None)
-            fitted = self._fit_heldout(config, rows) if rows is not None else {}
+            fitted = self._fit_heldout(config, rows, "heldout_every" in params) if rows is not None else {}
             if fitted:
                 params.update(fitted)
                 config = config_from_dict(cls, params, from_string=True, where=where)
