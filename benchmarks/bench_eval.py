@@ -78,7 +78,7 @@ def run_system_prompt(model_dir: str) -> tuple[str | None, str]:
 
 def run_method(name: str, model, tokenizer, prompts, max_new_tokens: int, batch_size: int | None):
     """GenerationResults of one method, in prompt order."""
-    from agentic_rl.eval.generation import GenerationResult, _decode, _eos_ids, generate_batched, generate_one_by_one
+    from agentic_rl.models.generate import GenerationResult, _decode, _eos_ids, generate_batched, generate_one_by_one
 
     if name == "naive":
         return generate_one_by_one(model, tokenizer, prompts, max_new_tokens=max_new_tokens)

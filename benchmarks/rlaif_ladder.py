@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 
 from agentic_rl.config import config_from_dict
-from agentic_rl.data.preferences import PreferencesConfig
-from agentic_rl.data.preferences import run as run_preferences
+from agentic_rl.train.preferences import PreferencesConfig
+from agentic_rl.train.preferences import run as run_preferences
 from agentic_rl.eval.evaluate import EvalConfig
 from agentic_rl.eval.evaluate import run as run_eval
 from agentic_rl.pipeline import PipelineConfig, run_pipeline
