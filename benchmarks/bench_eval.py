@@ -52,7 +52,8 @@ def pick_model(arg: str | None, preset: str, scratch: str) -> tuple[str, str]:
     candidates = sorted(Path("runs").glob(f"**/{MODEL_FOLDER}/config.json"), key=lambda p: p.stat().st_mtime)
     if candidates:
         return str(candidates[-1].parent), "newest trained model under runs/"
-    from agentic_rl.models.tiny import build_tiny_model, default_tokenizer_corpus, save_model_dir, train_tokenizer
+    from agentic_rl.data.synthetic import default_tokenizer_corpus
+    from agentic_rl.models.tiny import build_tiny_model, save_model_dir, train_tokenizer
 
     path = Path(scratch) / f"{preset}-random"
     tokenizer = train_tokenizer(default_tokenizer_corpus(2000, seed=0), vocab_size=512)

@@ -101,8 +101,8 @@ def build_model(out: Path, layers: int, smoke: bool = False) -> tuple[Path, int]
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from agentic_rl.models.tiny import (BOS_TOKEN, QWEN3_STYLE_CHAT_TEMPLATE, default_tokenizer_corpus,
-                                        save_model_dir, train_tokenizer)
+    from agentic_rl.data.synthetic import default_tokenizer_corpus
+    from agentic_rl.models.tiny import BOS_TOKEN, QWEN3_STYLE_CHAT_TEMPLATE, save_model_dir, train_tokenizer
 
     tokenizer = train_tokenizer(default_tokenizer_corpus(2000, seed=0), vocab_size=1024,
                                 chat_template=QWEN3_STYLE_CHAT_TEMPLATE)
