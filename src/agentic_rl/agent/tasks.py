@@ -38,7 +38,6 @@ AGENT_SYSTEM_PROMPT = (
 )
 
 
-
 def tool_call_scaffold(n_lines: int, seed: int = 0) -> list[str]:
     """Tokenizer-corpus lines that make tool calls few tokens: the agent system prompt, the role names and calculator
     calls as the model writes them, each in ``max(100, n_lines // 4)`` lines. BPE merges only what is frequent, so

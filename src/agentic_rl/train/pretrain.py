@@ -222,9 +222,9 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     import datasets
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
-    from agentic_rl.models.loading import count_parameters
     from agentic_rl.agent.tasks import tool_call_scaffold
     from agentic_rl.data.synthetic import default_tokenizer_corpus
+    from agentic_rl.models.loading import count_parameters
     from agentic_rl.models.tiny import build_tiny_model, save_model_dir, train_tokenizer
     from agentic_rl.train.monitoring import HealthCallback, MetricsCallback, MetricsLogger, resolve_report_to
 
