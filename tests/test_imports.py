@@ -237,6 +237,22 @@ def test_no_class_is_defined_inside_a_function(tmp_path):
     assert classes_inside_functions(SRC / "agentic_rl") == []
 
 
+def test_help_imports_no_torch():
+    """``agentic-rl --help`` and a command's ``--help`` answer without loading torch (seconds on a small machine):
+    modules that need torch at import (generation, the server's per-row controls) are imported where they are used."""
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom agentic_rl.cli import main\nfor argv in (['--help'], ['serve', '--help'], "
+             "['eval', '--help']):\n    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+             "print('loaded:', sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "loaded: []"
+
+
 def test_every_command_module_runs_with_python_dash_m():
     """`python -m agentic_rl.<module>` runs its command (a module that printed nothing and exited 0 was a bug): each
     command's module ends with a ``__main__`` block calling the CLI with that command's name (or one of its names)."""
