@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from agentic_rl.data.formats import render_prompt, sft_row
+from agentic_rl.data.synthetic import default_tokenizer_corpus
 from agentic_rl.errors import ConfigError, ModelLoadError
 from agentic_rl.models.loading import count_parameters, load_model_and_tokenizer, resolve_dtype
-from agentic_rl.data.synthetic import default_tokenizer_corpus
 from agentic_rl.models.tiny import QWEN3_STYLE_CHAT_TEMPLATE, build_tiny_model, train_tokenizer
 
 ROW = sft_row("Tom has 12 apples and buys 30 more. How many apples does he have?", ["12 + 30 = 42"], "42")

@@ -255,8 +255,8 @@ def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | Non
     is a :class:`ConfigError`. With ``output_dir`` the metrics, predictions and report are written there.
     """
     from agentic_rl.eval.error_analysis import summarize_errors
-    from agentic_rl.models.generate import generate_batched
     from agentic_rl.eval.metrics import compute_metrics
+    from agentic_rl.models.generate import generate_batched
 
     config = _resolve_config(config, overrides)
     if not hasattr(model_or_path, "generate") and hasattr(model_or_path, "module"):
