@@ -143,7 +143,7 @@ def test_a_pipeline_never_writes_into_or_fresh_deletes_a_stage_run(tiny_model_di
 
 def test_the_refusal_names_only_flags_the_command_has(tmp_path, capsys):
     """preferences has --overwrite but no --resume: the message must not suggest it."""
-    from agentic_rl.data.preferences import PreferencesConfig
+    from agentic_rl.train.preferences import PreferencesConfig
 
     out = tmp_path / "preferences"
     _finished_stage_run(out, PreferencesConfig(model="m"), "preferences", "stats.json")

@@ -53,7 +53,7 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           "Group Relative Policy Optimization with TRL's GRPOTrainer and verifiable rewards.", trains=True),
     Stage("reward-model", "agentic_rl.train.reward_model", "RewardModelConfig",
           "Train a reward model on preference pairs (prompt/chosen/rejected) with TRL's RewardTrainer.", trains=True),
-    Stage("preferences", "agentic_rl.data.preferences", "PreferencesConfig",
+    Stage("preferences", "agentic_rl.train.preferences", "PreferencesConfig",
           "Sample k completions per prompt, score them with a judge (any reward), write best-vs-worst pairs."),
     Stage("eval", "agentic_rl.eval.evaluate", "EvalConfig",
           "Evaluate one or more models: accuracy, pass@k, error analysis, report."),

@@ -3,7 +3,7 @@
 Algorithm: load the dataset rows (:func:`agentic_rl.data.custom.load_task_dataset`: synthetic, GSM8K from the hub
 or a local folder, or a custom file; ``--eval-samples`` draws a seeded random subset), build each prompt with the one
 prompt builder SFT and GRPO use, generate in left-padded, length-sorted batches
-(:func:`agentic_rl.eval.generation.generate_batched`; greedy by default, ``--num-samples n --temperature t`` samples
+(:func:`agentic_rl.models.generate.generate_batched`; greedy by default, ``--num-samples n --temperature t`` samples
 n completions per prompt for pass@k), then score every completion with the same functions training uses:
 :func:`agentic_rl.rewards.is_correct` (strict and lenient), the configured rewards
 (:func:`agentic_rl.rewards.build_rewards`), ``count_steps`` and ``check_equations``. Wrong completions are
@@ -255,8 +255,8 @@ def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | Non
     is a :class:`ConfigError`. With ``output_dir`` the metrics, predictions and report are written there.
     """
     from agentic_rl.eval.error_analysis import summarize_errors
-    from agentic_rl.eval.generation import generate_batched
     from agentic_rl.eval.metrics import compute_metrics
+    from agentic_rl.models.generate import generate_batched
 
     config = _resolve_config(config, overrides)
     if not hasattr(model_or_path, "generate") and hasattr(model_or_path, "module"):

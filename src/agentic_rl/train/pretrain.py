@@ -222,8 +222,10 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     import datasets
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
+    from agentic_rl.agent.tasks import tool_call_scaffold
+    from agentic_rl.data.synthetic import default_tokenizer_corpus
     from agentic_rl.models.loading import count_parameters
-    from agentic_rl.models.tiny import build_tiny_model, default_tokenizer_corpus, save_model_dir, train_tokenizer
+    from agentic_rl.models.tiny import build_tiny_model, save_model_dir, train_tokenizer
     from agentic_rl.train.monitoring import HealthCallback, MetricsCallback, MetricsLogger, resolve_report_to
 
     start = time.time()
@@ -245,8 +247,9 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
     else:
         # the tokenizer also sees the system prompt and formatted solutions, so that those become few tokens
-        extra = default_tokenizer_corpus(max(config.corpus_lines // 4, 500), seed=config.seed + 1,
-                                         tool_use=config.tool_call_tokens)
+        n_extra, extra_seed = max(config.corpus_lines // 4, 500), config.seed + 1
+        scaffold = tool_call_scaffold(n_extra, extra_seed) if config.tool_call_tokens else []
+        extra = default_tokenizer_corpus(n_extra, seed=extra_seed, scaffold=scaffold)
         tokenizer = train_tokenizer(lines + extra, vocab_size=config.vocab_size)
     blocks = pack_blocks(lines, tokenizer, config.seq_length)
     rng = random.Random(config.seed)

@@ -1,6 +1,6 @@
 """Preference pairs from the model itself (the data half of RLAIF): sample, judge, keep best vs worst.
 
-For each training prompt the model samples ``num_samples`` completions (``eval.generation.generate_batched``: the
+For each training prompt the model samples ``num_samples`` completions (``models.generate.generate_batched``: the
 chat template as the policy sees it, temperature ``temperature``, seeded). A **judge** scores every completion: the
 weighted sum of reward specs from the rewards registry (``--judge accuracy`` — the verifier — by default; any
 registered reward, a ``module:function``, or an LLM judge registered there, e.g. ``--judge 'judge(base_url=...)'``).
@@ -120,8 +120,8 @@ def best_and_worst(scores: list[float], min_margin: float) -> tuple[int, int] | 
 
 def run(config: PreferencesConfig) -> dict[str, Any]:
     """Sample, judge and pair; returns ``{"run_dir", "pairs_path", "stats"}``."""
-    from agentic_rl.eval.generation import generate_batched
     from agentic_rl.models import load_model_and_tokenizer
+    from agentic_rl.models.generate import generate_batched
     from agentic_rl.rewards import build_rewards
 
     if not config.model:
