@@ -24,7 +24,7 @@ Run it::
     python benchmarks/bench_eval.py --model runs/quickstart/sft/model --samples 200
     python benchmarks/bench_eval.py --model runs/quickstart/sft/model --samples 500 --repeats 3 --also continuous,static
 
-Goal (issue 19): the default path >= 10x the naive loop and >= 2x the padded batches, identical greedy completions.
+Goal: the default path >= 10x the naive loop and >= 2x the padded batches, identical greedy completions.
 """
 
 from __future__ import annotations

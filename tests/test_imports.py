@@ -269,10 +269,10 @@ def test_every_command_module_runs_with_python_dash_m():
         assert called & names, f"{module}'s __main__ runs none of its commands {sorted(names)}"
 
 
-def test_the_readme_layout_gives_every_source_file_its_own_line():
-    """Each file under src/agentic_rl has a line of its own in README's layout section: its name (after the folder
-    name, on a folder's first line), then its role."""
-    layout = (SRC.parent / "README.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+def test_the_architecture_guide_gives_every_source_file_its_own_line():
+    """Each file under src/agentic_rl has a line of its own in docs/architecture.md's layout section: its name (after
+    the folder name, on a folder's first line), then its role."""
+    layout = (SRC.parent / "docs" / "architecture.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
     described = set()
     for line in layout.splitlines():
         words = line.split()

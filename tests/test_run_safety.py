@@ -1,4 +1,4 @@
-"""Nothing the user did not ask to lose is deleted or overwritten (issue 16, class 1).
+"""Nothing the user did not ask to lose is deleted or overwritten.
 
 ``--fresh`` deletes only a run directory this project created, after the whole configuration validated; a stage run
 into a finished run refuses unless ``--resume`` / ``--overwrite``, and touches nothing before its model, data and
