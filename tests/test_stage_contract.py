@@ -51,7 +51,10 @@ CASES = [(preset, stage) for preset in PRESETS for stage in _stages_of(preset)]
 
 
 def test_every_shipped_preset_is_covered():
+    from agentic_rl.pipeline import PER_RUN_KEYS
+
     assert len(PRESETS) >= 5 and {stage for _, stage in CASES} == {"pretrain", "sft", "grpo", "eval"}
+    assert set(PER_RUN) == set(PER_RUN_KEYS)  # the pipeline's own list of what it sets per run
 
 
 @pytest.mark.parametrize("preset,stage", CASES, ids=[f"{p.stem}-{s}" for p, s in CASES])

@@ -251,19 +251,20 @@ def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
         build_environment(config)
     for name in _train_stages(config):
         check_keys(_stage_class(name), _section(config, name), where=f"{config.name}: {name}")
-        resolve_stage_config(config, name, config.model, root / name)
-    resolve_stage_config(config, "eval", config.model, root / "eval")
+        resolve_stage_config(config, name, config.model, root)
+    resolve_stage_config(config, "eval", config.model, root)
 
 
-def resolve_stage_config(config: PipelineConfig, name: str, model_dir: str, out: Path) -> Any:
+def resolve_stage_config(config: PipelineConfig, name: str, model_dir: str, root: Path) -> Any:
     """A stage's typed config as this pipeline runs it (``name``: a training stage, or ``eval``), starting from
-    ``model_dir`` and writing to ``out``: the stage's section over what the stage inherits from the top level."""
+    ``model_dir``, in the run directory ``root``: the stage's section over what the stage inherits from the top
+    level (:func:`agentic_rl.stages.inherited_settings`) and what the pipeline sets per run (:data:`PER_RUN_KEYS`)."""
     if name == "eval":
         from agentic_rl.eval.evaluate import EvalConfig
 
-        return _stage_config(EvalConfig, config.eval, _eval_defaults(config, model_dir, out),
+        return _stage_config(EvalConfig, config.eval, _eval_defaults(config, model_dir, root / "eval"),
                              where=f"{config.name}: eval")
-    return _stage_config(_stage_class(name), _section(config, name), _train_defaults(config, name, model_dir, out),
+    return _stage_config(_stage_class(name), _section_over_defaults(config, name, model_dir, root), {},
                          where=f"{config.name}: {name}")
 
 
@@ -301,6 +302,23 @@ def _resume_interrupted(name: str, out: Path, values: dict[str, Any], cls: type,
     return {**values, "resume": True}
 
 
+def _section_over_defaults(config: PipelineConfig, name: str, model_dir: str, root: Path) -> dict[str, Any]:
+    """A training stage's settings before they are typed: its section over what the pipeline gives it."""
+    return {**_train_defaults(config, name, model_dir, root / name), **_section(config, name)}
+
+
+def _run_training_stage(config: PipelineConfig, name: str, root: Path, values: dict[str, Any],
+                        summary: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Resolve and run (or reuse) one training stage of the ladder through the table of stages; returns its typed
+    config and its result."""
+    from agentic_rl.stages import get_stage
+
+    cls, run = get_stage(_table_name(name)).load()
+    out, where = root / name, f"{config.name}: {name}"
+    cfg = _stage_config(cls, _resume_interrupted(name, out, values, cls, where), {}, where=where)
+    return cfg, _run_stage(name, _table_name(name), out, lambda: _jsonable(run(cfg)), summary, settings=cfg)
+
+
 def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     root = Path(config.output_dir) if config.output_dir else Path("runs") / config.name
     print(format_config(config, "pipeline"))
@@ -318,37 +336,24 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
 
     # --- 1. pretrain (embedded tiny base only) ----------------------------------------------------------------
     if "pretrain" in config.stages:
-        from agentic_rl.train.pretrain import PretrainConfig
-        from agentic_rl.train.pretrain import run as run_pretrain
-
-        out = root / "pretrain"
-        where = f"{config.name}: pretrain"
-        values = _resume_interrupted("pretrain", out, {**_train_defaults(config, "pretrain", model_dir, out),
-                                                       **config.pretrain}, PretrainConfig, where)
-        cfg = _stage_config(PretrainConfig, values, {}, where=where)
-        result = _run_stage("pretrain", "pretrain", out, lambda: _jsonable(run_pretrain(cfg)), summary, settings=cfg)
+        values = _section_over_defaults(config, "pretrain", model_dir, root)
+        _, result = _run_training_stage(config, "pretrain", root, values, summary)
         model_dir = result["model_dir"]
     stage_models["base"] = model_dir
     if config.evaluate_stages and ("sft" in config.stages or "grpo" in config.stages):
         _evaluate("base", model_dir, config, root, summary)
 
     # --- 2. SFT, then 3. GRPO: each trains on the previous stage's model and is evaluated on the same problems ------
-    from agentic_rl.train import grpo, sft
-
     grpo_start, grpo_result, sample_temperature = model_dir, None, None
-    for name, module, cls, section in (("sft", sft, sft.SFTConfig, config.sft),
-                                       ("grpo", grpo, grpo.GRPOConfig, config.grpo)):
+    for name in ("sft", "grpo"):
         if name not in config.stages:
             continue
-        out = root / name
-        where = f"{config.name}: {name}"
-        values = _resume_interrupted(name, out, {**_train_defaults(config, name, model_dir, out), **section}, cls,
-                                     where)
-        cfg = _stage_config(cls, values, {}, where=where)
         if name == "grpo":
-            grpo_start, sample_temperature = model_dir, cfg.temperature
-        result = _run_stage(name, name, out, lambda: _jsonable(module.run(cfg)), summary, settings=cfg)
-        grpo_result = result if name == "grpo" else grpo_result
+            grpo_start = model_dir
+        cfg, result = _run_training_stage(config, name, root, _section_over_defaults(config, name, model_dir, root),
+                                          summary)
+        if name == "grpo":
+            grpo_result, sample_temperature = result, cfg.temperature
         model_dir = result["model_dir"]
         stage_models[name] = model_dir
         if config.evaluate_stages:
@@ -362,8 +367,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
             _evaluate("sft_continued", control_dir, config, root, summary)
     if config.evaluate_stages and config.sampled_eval:
         if sample_temperature is None:  # no GRPO stage here: sample at the temperature it would have trained at
-            sample_temperature = _stage_config(grpo.GRPOConfig, {**_train_defaults(config, "grpo", model_dir, root),
-                                                                 **config.grpo}, {}, where=config.name).temperature
+            sample_temperature = resolve_stage_config(config, "grpo", model_dir, root).temperature
         for label in ("sft", "grpo", "sft_continued"):
             if label in stage_models:
                 _evaluate(label, stage_models[label], config, root, summary, sample_temperature=sample_temperature)
@@ -430,21 +434,15 @@ def _run_control(config: PipelineConfig, root: Path, start_model: str, grpo_seco
     """SFT continued from GRPO's starting model, on the sft section's data and settings, for as many steps as fit
     in GRPO's time (:func:`_grpo_seconds`) at the SFT stage's speed (the control's own loading and saving come on
     top: the control never gets less compute than GRPO). Returns the control's model directory."""
-    from agentic_rl.train import sft
-
-    out = root / "sft_continued"
-    where = f"{config.name}: sft_continued"
-    values = {**_train_defaults(config, "sft_continued", start_model, out), **_section(config, "sft_continued")}
+    values = _section_over_defaults(config, "sft_continued", start_model, root)
     budget: dict[str, Any] = {"grpo_wall_time_s": grpo_seconds}
     if "max_steps" not in config.sft_continued:
         seconds = _sft_seconds_per_step([root / "sft", Path(start_model).parent])
         values["max_steps"] = max(1, round(grpo_seconds / seconds))
         budget["sft_seconds_per_step"] = round(seconds, 4)
-    values = _resume_interrupted("sft_continued", out, values, sft.SFTConfig, where)
-    cfg = _stage_config(sft.SFTConfig, values, {}, where=where)
-    budget["steps"] = cfg.max_steps
-    log(f"stage sft_continued: {cfg.max_steps} SFT steps from {start_model} (GRPO took {grpo_seconds:.0f}s)")
-    result = _run_stage("sft_continued", "sft", out, lambda: _jsonable(sft.run(cfg)), summary, settings=cfg)
+    budget["steps"] = values["max_steps"]
+    log(f"stage sft_continued: {values['max_steps']} SFT steps from {start_model} (GRPO took {grpo_seconds:.0f}s)")
+    _, result = _run_training_stage(config, "sft_continued", root, values, summary)
     summary["stages"]["sft_continued"]["budget"] = budget
     return result["model_dir"]
 
