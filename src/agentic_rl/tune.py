@@ -989,7 +989,7 @@ def write_outputs(config: TuneConfig, study, out: Path) -> dict[str, Any]:
                    f"held-out {config.objective} {best.value:.4f}\n")
         _atomic_write(best_stage, summary + f"# rerun: agentic-rl {config.stage} --config {best_stage.name}\n"
                       + yaml.safe_dump(stage_values, sort_keys=False))
-        shared = set(inherited_settings(stage_values, config.stage, stage_class(config.stage)[0]))
+        shared = list(inherited_settings(stage_values, config.stage, stage_class(config.stage)[0]))
         pipeline = {"stages": [config.stage], **{k: stage_values[k] for k in shared if stage_values.get(k) is not None},
                     config.stage: {k: v for k, v in stage_values.items() if k not in shared}}
         _atomic_write(out / "best_pipeline.yaml", summary + "# rerun: agentic-rl pipeline --config best_pipeline.yaml\n"
