@@ -757,10 +757,3 @@ def run(config: ServeConfig) -> None:
         f"{', API key required' if config.api_key else ''})")
     uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["serve", *sys.argv[1:]]))

@@ -48,7 +48,7 @@ from typing import Any
 from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import MODEL_FOLDER, OLD_MODEL_FOLDER, check_model_folder
+from agentic_rl.runs import MODEL_FOLDER
 
 DEFAULT_REWARDS = ["accuracy:1.0", "format:0.2"]
 
@@ -306,7 +306,7 @@ def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | Non
 
 def _display_name(path: str) -> str:
     p = Path(path)
-    if p.name in (MODEL_FOLDER, OLD_MODEL_FOLDER, "adapter", "final") and p.parent.name:  # sft/model, not model
+    if p.name in (MODEL_FOLDER, "adapter", "final") and p.parent.name:  # sft/model, not model
         return f"{p.parent.name}/{p.name}"
     return p.name or path
 
@@ -368,8 +368,6 @@ def run(config: EvalConfig) -> dict[str, Any]:
     if not config.models:
         raise ConfigError("give at least one model to evaluate: agentic-rl eval MODEL_DIR [MODEL_DIR ...]")
     print(format_config(config, "eval"))
-    for model_path in config.models:  # a stage directory of an earlier version (merged/, now model/): before any output
-        check_model_folder(model_path)
     env_factory = None
     if config.environment is not None:  # a bad environment fails before anything is written
         from agentic_rl.agent.settings import build_environment
@@ -479,10 +477,3 @@ def _unique_names(paths: list[str]) -> list[str]:
         return names
     return [f"{i}-{n}" for i, n in enumerate(names)]
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["eval", *sys.argv[1:]]))

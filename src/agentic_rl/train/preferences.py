@@ -14,6 +14,7 @@ Output in the run directory (default ``runs/preferences``):
     samples.jsonl   every sampled completion with its score (to inspect the judge)
     stats.json      prompts, samples, pairs, prompts skipped as ties, mean best / worst score
     config.yaml     the resolved settings (an earlier run's pairs are replaced only with ``--overwrite``)
+    stage.json      written last: the run finished (:class:`agentic_rl.runs.StageRun`)
 
 Run: ``agentic-rl preferences --model runs/sft/model --num-samples 4 --judge accuracy``
 """
@@ -25,12 +26,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import SEED_RANGE, check_range, format_config, save_config, setting
+from agentic_rl.config import SEED_RANGE, check_range, format_config, setting
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.runs import StageRun, stage_path
 from agentic_rl.utils import log, set_seed, write_json, write_jsonl
-
-PREFERENCES_OUTPUTS = ("pairs.jsonl", "samples.jsonl", "stats.json")
 
 
 @dataclass
@@ -128,7 +127,8 @@ def run(config: PreferencesConfig) -> dict[str, Any]:
         raise ConfigError("model is required: the model that writes the candidates (--model runs/sft/model)")
     start = time.time()
     out = stage_path(config.output_dir, "preferences")
-    check_stage_dir(out, config, stage="preferences", finished="stats.json", checkpoints=out)
+    stage_run = StageRun(out, config, stage="preferences")
+    stage_run.check()
     set_seed(config.seed)
     # Everything is loaded and checked before anything is written.
     funcs, weights = build_rewards(list(config.judge))
@@ -169,9 +169,8 @@ def run(config: PreferencesConfig) -> dict[str, Any]:
              "mean_chosen_score": sum(best_scores) / len(pairs) if pairs else None,
              "mean_rejected_score": sum(worst_scores) / len(pairs) if pairs else None,
              "judge": list(config.judge), "wall_time_s": round(time.time() - start, 1)}
-    claim_stage_dir(out, config, stage="preferences", stale=PREFERENCES_OUTPUTS, resuming=False)
+    stage_run.claim()
     print(format_config(config, "preferences"), flush=True)
-    save_config(config, out / "config.yaml")
     pairs_path = write_jsonl(out / "pairs.jsonl", pairs)
     write_jsonl(out / "samples.jsonl", samples)
     write_json(out / "stats.json", stats)
@@ -180,12 +179,5 @@ def run(config: PreferencesConfig) -> dict[str, Any]:
     if not pairs:
         log("no pairs: every prompt's samples scored alike; sample more (num_samples), raise the temperature, or "
             "use a judge with finer scores")
-    return {"run_dir": str(out), "pairs_path": str(pairs_path), "stats": stats}
+    return stage_run.finish({"run_dir": str(out), "pairs_path": str(pairs_path), "stats": stats})
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["preferences", *sys.argv[1:]]))
