@@ -112,8 +112,8 @@ QUICKSTART_PRESETS = {"default": "quickstart", "agentic": "quickstart-agentic"}
 
 @dataclass
 class QuickstartConfig:
-    name: str | None = setting(None, "run name; outputs go to runs/<name>/ (default: the preset's file name, e.g. "
-                                     "quickstart)")
+    name: str | None = setting(None, "run name; outputs go to runs/<name>/ (default: the preset's own name: quickstart, "
+                                     "quickstart-smoke, quickstart-agentic, ...)")
     preset: str = setting("default", "the embedded ladder: 'default' (single-turn GSM8K-style problems) or 'agentic' "
                                      "(multi-turn calculator tool use: SFT on tool-use episodes, then GRPO in the "
                                      "environment)", choices=list(QUICKSTART_PRESETS))
@@ -129,9 +129,8 @@ class QuickstartConfig:
     def __post_init__(self) -> None:
         if self.preset_file and self.preset != "default":
             raise ConfigError("give --preset or --preset-file, not both")
-        if self.name is None:
-            self.name = QUICKSTART_PRESETS[self.preset]
-        check_run_name(self.name)
+        if self.name is not None:
+            check_run_name(self.name)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -478,7 +477,10 @@ def load_pipeline_config(path: str | Path, overrides: dict[str, Any] | None = No
 def run_quickstart(config: QuickstartConfig) -> dict[str, Any]:
     file = QUICKSTART_PRESETS[config.preset] + ("-smoke" if config.smoke else "")
     preset = Path(config.preset_file) if config.preset_file else preset_path(file)
-    overrides: dict[str, Any] = {"name": config.name, "seed": config.seed, "fresh": config.fresh}
+    # Without --name the preset names the run, so a smoke run never lands in the full run's directory.
+    overrides: dict[str, Any] = {"seed": config.seed, "fresh": config.fresh}
+    if config.name is not None:
+        overrides["name"] = config.name
     if config.eval_samples is not None:
         overrides["eval_samples"] = config.eval_samples
     return run_pipeline(load_pipeline_config(preset, overrides))
