@@ -151,7 +151,7 @@ def test_a_typo_in_a_stage_section_fails_before_any_training(tmp_path):
     ("lr_scheduler_type", "sometimes", r"lr_scheduler_type"),    # not one of the choices
 ])
 def test_a_bad_value_in_the_last_stage_fails_before_the_first_stage_runs(tmp_path, key, value, message):
-    """Issue #18: a pipeline YAML is checked in full (types, ranges, cross-field rules of every stage section)
+    """A pipeline YAML is checked in full (types, ranges, cross-field rules of every stage section)
     before pretraining starts, not when the run reaches that section."""
     config = load_pipeline_config(preset_path("quickstart-smoke"))
     path = tmp_path / "p.yaml"
@@ -256,3 +256,18 @@ def test_sampled_evaluation_needs_the_stage_evaluations():
         config_from_dict(PipelineConfig, {"sampled_eval": 4, "evaluate_stages": False})
     with pytest.raises(ConfigError, match="needs 'grpo' in stages"):
         config_from_dict(PipelineConfig, {"stages": ["pretrain", "sft", "sft_continued"]})
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("preset", ["default", "agentic"])
+def test_a_smoke_run_without_a_name_never_shares_the_full_runs_directory(preset, monkeypatch):
+    """Without --name each preset names its run, so `--smoke` then the full ladder use two directories."""
+    import agentic_rl.pipeline as pipeline
+
+    roots = {}
+    for smoke in (False, True):
+        monkeypatch.setattr(pipeline, "run_pipeline", lambda config: {"name": config.name})
+        roots[smoke] = run_quickstart(QuickstartConfig(preset=preset, smoke=smoke))["name"]
+    assert roots[True] == roots[False] + "-smoke"
+    monkeypatch.setattr(pipeline, "run_pipeline", lambda config: {"name": config.name})
+    assert run_quickstart(QuickstartConfig(preset=preset, smoke=True, name="mine"))["name"] == "mine"
