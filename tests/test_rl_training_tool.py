@@ -410,6 +410,12 @@ def test_register_in_a_real_hello_agents_registry(tmp_path):
     assert other.get_tool("trainer") is made and made.workspace == tmp_path / "ws2"
     # the registered tool answers the registry's {"input": text} calls
     assert json.loads(other.execute_tool("trainer", '{"action": "status"}'))["runs"] == []
+    # the schema an agent sees types the book's keys too (hello-agents' agents convert key=value text by it)
+    props = made.to_openai_schema()["function"]["parameters"]["properties"]
+    assert {k: props[k]["type"] for k in ("kl_coef", "lora_rank", "reward_config", "k", "return_details",
+                                          "max_samples", "use_lora")} == {
+        "kl_coef": "number", "lora_rank": "integer", "reward_config": "object", "k": "integer",
+        "return_details": "boolean", "max_samples": "integer", "use_lora": "boolean"}
     with pytest.raises(ConfigError, match=r"^cannot register rl_training in a dict: a registry needs register_tool"):
         tool.register({})
 
