@@ -242,6 +242,9 @@ def test_gradient_checkpointing_takes_only_true_false_or_null(value, tmp_path):
     path.write_text(f"gradient_checkpointing: {value}\n")
     with pytest.raises(ConfigError, match=r"^config key 'gradient_checkpointing' must be true or false, got "):
         load_config(SFTConfig, path)
+    for text, meant in (("on", True), ("off", False), ("null", None)):  # as for every true/false setting
+        assert config_from_dict(SFTConfig, {"gradient_checkpointing": text},
+                                from_string=True).gradient_checkpointing is meant
 
 
 def test_gradient_checkpointing_is_a_bool_or_unset(tmp_path):
