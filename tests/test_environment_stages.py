@@ -219,7 +219,7 @@ def test_tune_scores_environment_trials_by_their_episodes(tiny_model_dir, tmp_pa
 
 
 def test_rl_training_tool_trains_and_evaluates_in_an_environment(tiny_model_dir, tmp_path):
-    from agentic_rl.tools.rl_training import RLTrainingTool
+    from agentic_rl.integrations.hello_agents import RLTrainingTool
 
     tool = RLTrainingTool(workspace=tmp_path / "ws")
     trained = json.loads(tool.run({

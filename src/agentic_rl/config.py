@@ -17,10 +17,9 @@ from the field name, e.g. ``reward`` for a ``rewards`` list), ``positional`` (a 
 ``choices`` (allowed values).
 
 One concept has one name in every stage, TRL's where TRL has one (``gradient_accumulation_steps``,
-``lr_scheduler_type``, ``lora_target_modules``). A name we used before is listed in :data:`RENAMED`: given in YAML, a
-flag or a Python dict it is a one-line "renamed to" error, not an unknown key. A list setting given as one string is
-a comma list on the command line and a one-item list in YAML (``report_to: none`` is ``["none"]``; ``report_to``
-itself also splits ``"tensorboard,wandb"``).
+``lr_scheduler_type``, ``lora_target_modules``); any other name is an unknown key (``CHANGELOG.md`` lists the
+names earlier versions used). A list setting given as one string is a comma list on the command line and a one-item
+list in YAML (``report_to: none`` is ``["none"]``; ``report_to`` itself also splits ``"tensorboard,wandb"``).
 """
 
 from __future__ import annotations
@@ -41,35 +40,6 @@ from agentic_rl.errors import ConfigError
 
 T = TypeVar("T")
 
-#: Old setting name -> the name every stage uses now (TRL's where TRL has one). Used by every YAML/dict reader and by
-#: the flag parser. An old name that stood for different concepts in different stages lists each new name: the one
-#: the config at hand has is meant (``max_samples`` is SFT's training-set size and evaluation's held-out size).
-RENAMED: dict[str, str | tuple[str, ...]] = {
-    "grad_accum": "gradient_accumulation_steps",
-    "lr_scheduler": "lr_scheduler_type",
-    "lora_target": "lora_target_modules",
-    "max_samples": ("max_train_samples", "eval_samples"),
-    "synthetic_train_size": "max_train_samples",
-    "heldout_samples": "eval_samples",
-    "data_seed": "synthetic_seed",
-}
-
-
-def renamed_to(old: str, known: Any) -> str | None:
-    """The name that ``old`` was renamed to in a config whose fields are ``known`` (None: not a renamed name)."""
-    if old in known:
-        return None
-    new = RENAMED.get(old.replace("-", "_"))
-    for name in ((new,) if isinstance(new, str) else new or ()):
-        if name in known:
-            return name
-    return None
-#: Setting -> values it no longer takes, with what to give instead.
-RETIRED_VALUES: dict[str, tuple[tuple[str, ...], str]] = {
-    "gradient_checkpointing": (("auto", "on", "off"), "use true, false or null (null: the stage's automatic default)"),
-}
-
-
 REPORT_BACKENDS = ("tensorboard", "wandb", "none")
 
 
@@ -86,13 +56,6 @@ def report_to_list(value: str | list[str] | None) -> list[str]:
         raise ConfigError(f"report_to '{bad[0]}' is not supported; use tensorboard, wandb or none "
                           f"(comma-separated for several)")
     return names or ["none"]
-
-
-def check_retired_value(key: str, value: Any) -> None:
-    """A one-line :class:`ConfigError` for a value a setting no longer takes (``gradient_checkpointing: auto``)."""
-    retired = RETIRED_VALUES.get(key)
-    if retired and isinstance(value, str) and value.strip().lower() in retired[0]:
-        raise ConfigError(f"{key}: '{value}' is no longer a value; {retired[1]}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -119,7 +82,6 @@ def _type_name(tp: Any) -> str:
 
 def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
     """Check (and, for CLI strings, convert) ``value`` against the annotation ``tp``."""
-    check_retired_value(key, value)
     inner, optional = _unwrap_optional(tp)
     if value is None or (from_string and optional and str(value).lower() in ("none", "null")):
         if optional:
@@ -210,9 +172,6 @@ def _fields(cls: type) -> dict[str, dataclasses.Field]:
 
 
 def _unknown_key_error(key: str, known: list[str], where: str) -> ConfigError:
-    new = renamed_to(key, known)
-    if new is not None:
-        return ConfigError(f"'{key}' was renamed to '{new}' (in {where})")
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return ConfigError(f"unknown config key '{key}' in {where}{hint}")
@@ -410,21 +369,9 @@ def format_config(config: Any, title: str | None = None) -> str:
     return "\n".join(lines)
 
 
-class _RenamedFlag(argparse.Action):
-    """A hidden flag under an old name (``--grad-accum``): a one-line "renamed to" error instead of argparse's."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        raise ConfigError(f"'{option_string}' was renamed to '--{self.const.replace('_', '-')}'")
-
-
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """One CLI flag per config field. Defaults are suppressed so that only flags the user gives override YAML."""
     fields = _fields(cls)
-    for old in RENAMED:  # registered exactly, so argparse does not read --lr-scheduler as an abbreviation
-        new = renamed_to(old, fields)
-        if new is not None:
-            parser.add_argument(f"--{old.replace('_', '-')}", f"--{old}", dest=old, nargs="?", action=_RenamedFlag,
-                                const=new, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     for name, f in fields.items():
         help_text = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else (

@@ -110,7 +110,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import (SEED_RANGE, check_range, check_retired_value, config_to_dict, format_config,
+from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_config,
                                report_to_list, save_config, setting)
 from agentic_rl.errors import ConfigError
 from agentic_rl.eval.validation import SYNTHETIC_TRAIN_ROWS_AFTER_CARVING
@@ -298,7 +298,6 @@ class GRPOConfig(EnvironmentSettings):
                 setattr(self, name, value)
         if self.learning_rate is None:
             self.learning_rate = preset["full_learning_rate"] if self.full else preset["learning_rate"]
-        check_retired_value("gradient_checkpointing", self.gradient_checkpointing)  # "auto" from Python
         if self.gradient_checkpointing is None:
             self.gradient_checkpointing = has_gpu()
         if self.bf16 is None:

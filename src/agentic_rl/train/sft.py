@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, check_retired_value, config_to_dict,
+from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, config_to_dict,
                                format_config, report_to_list, setting)
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
@@ -144,7 +144,6 @@ class SFTConfig(EnvironmentSettings):
     trust_remote_code: bool = setting(False, "allow custom model code from the Hub")
 
     def __post_init__(self):
-        check_retired_value("gradient_checkpointing", self.gradient_checkpointing)  # "auto" from Python
         if self.bf16 is None:
             self.bf16 = default_mixed_precision() and self.dtype in ("auto", "bfloat16", "bf16")
         self.report_to = report_to_list(self.report_to)
