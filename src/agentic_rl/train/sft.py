@@ -474,12 +474,9 @@ def sft_trainer(config: SFTConfig, **kwargs):
     else:
         return trl.SFTTrainer(**kwargs)
 
-    class LengthAwareTrainer(trl.SFTTrainer):
-        def _get_train_sampler(self, train_dataset=None):
-            dataset = self.train_dataset if train_dataset is None else train_dataset
-            return LengthAwareSampler(arrange, [len(ids) for ids in dataset["input_ids"]], size, self.args.seed)
+    from agentic_rl.train.sft_trainer import LengthAwareTrainer
 
-    return LengthAwareTrainer(**kwargs)
+    return LengthAwareTrainer(**kwargs, arrange=arrange, rows_per_batch=size)
 
 
 def save_outputs(trainer, tokenizer, out: Path, *, full: bool, merge: bool) -> dict[str, str | None]:
