@@ -185,9 +185,10 @@ def test_overwrite_removes_every_output_an_earlier_grpo_run_wrote(tiny_model_dir
     import re
 
     from agentic_rl.runs import claim_stage_dir
-    from agentic_rl.train import grpo
+    from agentic_rl.train import grpo, grpo_trainer
 
-    written = set(re.findall(r'\bout / "([^"]+)"', inspect.getsource(grpo))) - {"config.yaml"}
+    source = inspect.getsource(grpo) + inspect.getsource(grpo_trainer)  # the stage and its trainer's callback
+    written = set(re.findall(r'\bout / "([^"]+)"', source)) - {"config.yaml"}
     assert {"difficulty.json", "result.json", "best"} <= written
     out = tmp_path / "grpo"
     for name in written | {"checkpoint-3"}:

@@ -1,48 +1,19 @@
-"""GRPO: Group Relative Policy Optimization with verifiable rewards, on TRL's ``GRPOTrainer``.
+"""The GRPO stage: Group Relative Policy Optimization with verifiable rewards, on TRL's ``GRPOTrainer``.
 
-Algorithm (DeepSeekMath's GRPO as TRL 1.16 implements it). For every prompt, sample a *group* of
-``num_generations`` completions at ``temperature`` / ``top_p``; score each with the weighted sum of the reward
-functions (``--reward accuracy:1.0 --reward format:0.2``); the advantage of completion *i* is
-``r_i - mean(r_group)``, divided by the group's standard deviation when ``scale_rewards=group``. The policy loss is
-PPO's clipped surrogate per token, ``-min(ρ·A, clip(ρ, 1-ε, 1+ε_high)·A)`` with ``ρ = π_θ / π_old``, plus
-``β · KL(π_θ || π_ref)`` (the k3 estimator) against the starting model; ``loss_type`` picks how token losses are
-averaged (``grpo``: per sequence, then over sequences; ``dapo``: over all tokens of the global batch; ``dr_grpo``: by a
-constant ``max_completion_length``; ``bnpo``: over the tokens of the local batch). Each generation batch
-(``generation_batch_size`` completions) is used for ``steps_per_generation`` optimizer steps, ``num_iterations``
-times over.
+This module reads top to bottom: the stage's settings (:class:`GRPOConfig`), its data (:func:`load_data`, the
+rewards), then :func:`run`, which builds the trainer and trains. The trainer classes, the table that picks one
+(refill, SFT anchor, compact sampling, RLOO, environments), what they compute and the metrics they log are in
+:mod:`agentic_rl.train.grpo_trainer`; RLOO's settings in :mod:`agentic_rl.train.rloo`; difficulty selection, refill and
+the SFT anchor in :mod:`agentic_rl.train.signal`.
 
-Where this departs from the paper and from TRL's defaults (the settings the Hello-Agents book recommends):
-
-* β = 0.05 (TRL: 0.0, no reference at all), learning rate in the 1e-6..1e-5 band for real models (higher rates
-  collapse accuracy), temperature 0.9. ``--preset tiny`` holds the values tuned for the
-  embedded 3M-parameter model on 2 CPU cores (see ``PRESETS``).
-* LoRA by default (``--full`` for full fine-tuning). With LoRA the reference model is *the same network with the
-  adapter disabled*: TRL's ``GRPOTrainer.__init__`` sets ``ref_model = None`` when ``is_peft_model(model)`` and
-  computes the reference log-probs inside ``use_adapter(model, adapter_name=None)``, so no second copy is held.
-  When the start is an SFT *adapter*, it is merged into its base first, so the reference is the SFT policy (not the
-  pre-SFT base) and GRPO trains a fresh adapter on top.
-* Full fine-tuning with β > 0: TRL reloads the reference from ``model.config._name_or_path``; if the starting weights
-  exist only in memory (a merged SFT adapter) they are written to ``<run>/base`` first so the reference is exactly the
-  starting policy.
-* Sampling: ``generation_backend: trl`` is TRL's own (``model.generate`` on the padded generation batch, or vLLM);
-  ``compact`` (the tiny preset's default) samples through TRL's ``rollout_func`` hook with the project's decode loop
-  (:func:`agentic_rl.eval.generation.generate_token_ids`: each distinct prompt prefilled once, ended completions
-  dropped from the batch). TRL decodes, scores and trains on the completions either way.
-
-In an environment (``--environment calculator``, ``self_correct`` or ``module:Class``; settings in
-:class:`agentic_rl.agent.settings.EnvironmentSettings`) a completion is a whole multi-turn *episode*, played through
-TRL's ``rollout_func`` hook by :func:`agentic_rl.agent.rollout.make_rollout_func`: the model writes a turn, the
-environment answers (tool results, errors, feedback) as messages spliced into the token sequence with ``env_mask`` 0,
-until the episode ends or ``max_completion_length`` tokens are used. The loss covers the model's tokens only
-(TRL's tool mask); the reward is the episode return, the sum of the environment's step rewards; the group advantage
-reaches every action token. Held-out checks play greedy episodes; ``agent/...`` metrics and ``rollouts.jsonl``
-record the tool statistics. Not with an environment: ``use_vllm``, ``select_samples``, ``sft_loss_weight`` and
-``--reward`` (errors say so).
-
-``--algorithm rloo`` swaps the update for RLOO's (leave-one-out baseline, KL folded into the reward; see
-:mod:`agentic_rl.train.rloo`) and keeps everything else here: rewards, LoRA, monitoring and metric names, outputs.
-Which trainer class runs (refill, SFT anchor, compact sampling, RLOO, environments) is one table,
-:data:`agentic_rl.train.grpo_trainer.VARIANTS`.
+The settings the Hello-Agents book recommends, where they depart from TRL's defaults: β = 0.05 against the starting
+model (TRL: 0, no reference), a learning rate in the 1e-6..1e-5 band for real models, temperature 0.9; ``--preset
+tiny`` holds the values for the embedded model on CPU (``PRESETS``). LoRA by default (``--full`` for full
+fine-tuning): the reference is the same network with the adapter disabled. A start that is an SFT *adapter* is merged
+into its base first, so the reference is the SFT policy and GRPO trains a fresh adapter on top; for full fine-tuning
+those merged weights are written to ``<run>/base``, from which TRL reloads the reference. With ``--environment`` a
+completion is a whole multi-turn episode (settings in :class:`agentic_rl.agent.settings.EnvironmentSettings`), its
+return the one reward; ``use_vllm``, ``select_samples``, ``sft_loss_weight`` and ``--reward`` do not apply there.
 
 Run it::
 
@@ -53,7 +24,7 @@ Outputs in the run directory (``--output-dir``, default ``runs/grpo``)::
 
     config.yaml         the resolved config (loads back with --config)
     .agentic-rl-run     marker with the settings --resume checks (a finished run is replaced only with --overwrite)
-    metrics.jsonl       one row per logged step, with the metric names below (Metrics)
+    metrics.jsonl       one row per logged step (metric names: agentic_rl.train.grpo_trainer)
     completions.jsonl   sample completions with each reward component and the advantage, every N steps
     heldout.jsonl       periodic greedy held-out evaluation (step, accuracy, ...)
     rollouts.jsonl      with an environment: per generation batch the tool statistics and two sample episodes
@@ -62,21 +33,13 @@ Outputs in the run directory (``--output-dir``, default ``runs/grpo``)::
     best/               the policy with the best held-out accuracy so far (adapter, or full model with --full)
     adapter/ model/     the final LoRA adapter and the model with it merged in (model/ is what evaluation and export
                         load)
-
-Metrics: TRL's names are logged under ours (``grpo/reward``, ``grpo/kl``, ``perf/generation_s``, ``eval/accuracy``,
-...; the table is in :mod:`agentic_rl.train.grpo_trainer`), with the Hello-Agents book's live warnings (KL too high or
-too low, reward collapse, truncated completions, tool errors) as rules of ``train.monitoring.HealthMonitor``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import importlib.util
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
@@ -84,7 +47,7 @@ from agentic_rl.config import (SEED_RANGE, check_range, check_retired_value, con
                                report_to_list, save_config, setting)
 from agentic_rl.errors import ConfigError
 from agentic_rl.eval.validation import SYNTHETIC_TRAIN_ROWS_AFTER_CARVING
-from agentic_rl.models.fingerprint import weights_fingerprint, write_base_fingerprint
+from agentic_rl.models.fingerprint import weights_fingerprint
 from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
 from agentic_rl.train.logprobs import labelled_positions_only
 from agentic_rl.train.signal import check_signal_settings, demonstrations_for, select_training_prompts
@@ -98,10 +61,6 @@ GRPO_OUTPUTS = ("checkpoint-*", "best", "base", "adapter", MODEL_FOLDER, "comple
                 "metrics.jsonl", "result.json", "trainable_parameters.txt", "tensorboard", "difficulty.json",
                 "rollouts.jsonl")
 GENERATION_BACKENDS = ["trl", "compact"]
-# TRL generation settings the compact decode loop does not apply: with any of them TRL must generate itself.
-_TRL_ONLY_GENERATION = ("generation_kwargs", "repetition_penalty", "min_p", "cache_implementation",
-                        "use_transformers_continuous_batching", "use_transformers_paged")
-
 #: Values a preset fills in for the fields left unset (None). ``default``: the Hello-Agents book's recommended
 #: settings for real models (Qwen3-0.6B on GSM8K). ``tiny``: the embedded ~3M-parameter model on 2 CPU cores (64
 #: completions of <= 64 tokens per step; LoRA needs a high rank and learning rate on so small a model), sampled with
@@ -128,8 +87,8 @@ class GRPOConfig(EnvironmentSettings):
     # --- model and data -------------------------------------------------------------------------------------------
     model: str = setting("", "model to start from: an SFT output (its adapter/ or model/), a local model dir or a "
                              "hub id")
-    preset: str = setting("default", "default values for unset fields: 'default' (real models, the recommended settings) or "
-                     "'tiny' (the embedded model on CPU)", choices=list(PRESETS))
+    preset: str = setting("default", "default values for unset fields: 'default' (real models, the recommended "
+                          "settings) or 'tiny' (the embedded model on CPU)", choices=list(PRESETS))
     dataset: str = setting("synthetic", "prompts with ground truth: 'synthetic', a hub id, or a local file/folder")
     split: str = setting("train", "dataset split used for training prompts")
     max_train_samples: int | None = setting(None, "use at most this many training prompts (default: all; the "
@@ -327,15 +286,12 @@ class GRPOConfig(EnvironmentSettings):
             if self.generation_backend == "compact":
                 raise ConfigError("generation_backend 'compact' is GRPO's rollout hook; TRL's RLOOTrainer generates "
                                   "itself: set generation_backend: trl, or use --algorithm grpo")
-        _check_trl_args(self)
-        if self.generation_backend == "compact":
-            if self.use_vllm:
-                raise ConfigError("generation_backend 'compact' and use_vllm exclude each other: drop one")
-            trl_only = [key for key in _TRL_ONLY_GENERATION if key in self.trl_args]
-            if trl_only:
-                raise ConfigError(f"trl_args '{trl_only[0]}' is applied by TRL's own generation only: set "
-                                  "generation_backend to 'trl'")
+        if self.trl_args:  # the TRL config class the run uses (RLOO's, GRPO's) has these fields, and they are free
+            from agentic_rl.train.grpo_trainer import check_trl_args
 
+            check_trl_args(self)
+        if self.generation_backend == "compact" and self.use_vllm:
+            raise ConfigError("generation_backend 'compact' and use_vllm exclude each other: drop one")
 
     def _validate_environment(self) -> None:
         """What multi-turn episodes exclude: the reward is the environment's trajectory return, and the episode loop
@@ -354,72 +310,9 @@ class GRPOConfig(EnvironmentSettings):
                               f"({self.max_completion_length}), the budget of a whole episode")
 
 
-#: This config's fields that TRL's config calls otherwise, and TRL fields the stage computes itself.
-_RENAMED_TRL_FIELDS = {"batch_size": "per_device_train_batch_size", "warmup_ratio": "warmup_steps"}
-_COMPUTED_TRL_FIELDS = ("output_dir", "report_to", "reward_weights")
-
-
-def passed_through(trl_config_class) -> list[str]:
-    """The fields of this config that TRL's ``trl_config_class`` has under the same name: they go to TRL as they
-    are (the stage's own settings, its defaults and checks, for TRL's)."""
-    trl_fields = {f.name for f in dataclasses.fields(trl_config_class)}
-    return [f.name for f in dataclasses.fields(GRPOConfig)
-            if f.name in trl_fields and f.name not in _COMPUTED_TRL_FIELDS]
-
-
-def _check_trl_args(config: GRPOConfig) -> None:
-    """Every ``trl_args`` key names a field of the TRL config the run uses, and none that a typed setting (or the
-    stage itself) owns: passing those through would silently fight the typed field."""
-    if not config.trl_args:
-        return
-    from agentic_rl.train.grpo_trainer import variant_for
-
-    config_cls = variant_for(config).arguments
-    known = {f.name for f in dataclasses.fields(config_cls)}
-    owned = {*passed_through(config_cls), *_RENAMED_TRL_FIELDS.values(), *_COMPUTED_TRL_FIELDS}
-    for key in config.trl_args:
-        if key not in known:
-            import difflib
-
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"trl_args: '{key}' is not a field of TRL's {config_cls.__name__}{hint}")
-        if key in owned:
-            raise ConfigError(f"trl_args: '{key}' has its own setting in this stage; set '{key}' directly")
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Model, data, rewards
 # ---------------------------------------------------------------------------------------------------------------
-
-def load_policy(config: GRPOConfig, out: Path):
-    """The starting policy (a plain ``PreTrainedModel``) and its tokenizer; writes nothing.
-
-    An SFT adapter is merged into its base, so the new GRPO adapter (or full fine-tuning) starts from — and is
-    KL-regularised towards — the SFT policy. Returns ``(model, tokenizer, base_dir)`` where ``base_dir`` is a
-    directory holding exactly the starting weights (needed by TRL to build the reference for full fine-tuning, and
-    recorded as the adapter's base): for a merged adapter ``<run>/base``, which :func:`save_start` writes once the
-    run directory may be touched.
-    """
-    from agentic_rl.models import load_model_and_tokenizer
-
-    model, tokenizer = load_model_and_tokenizer(config.model)
-    base_dir = config.model  # a directory or hub id: TRL and PEFT can reload it by name
-    if hasattr(model, "merge_and_unload"):  # a PeftModel: an adapter directory was given
-        model = model.merge_and_unload()
-        base_dir = str(out / "base")
-    model.config._name_or_path = base_dir  # TRL rebuilds the full-FT reference from here
-    tokenizer.padding_side = "left"
-    return model, tokenizer, base_dir
-
-
-def save_start(model, tokenizer, base_dir: str, out: Path) -> None:
-    """Write the merged starting weights to ``<run>/base`` when the start was an adapter (see :func:`load_policy`)."""
-    if Path(base_dir) == out / "base" and not (Path(base_dir) / "config.json").is_file():
-        log(f"writing the starting weights to {base_dir} (reference model / adapter base)")
-        model.save_pretrained(base_dir)
-        tokenizer.save_pretrained(base_dir)
-
 
 def load_data(config: GRPOConfig, env: Any = None):
     """Training prompts (a ``datasets.Dataset`` of RL rows) and the held-out rows (a list, or None).
@@ -488,57 +381,6 @@ def build_reward_functions(specs: list[str]):
     return list(funcs), [float(w) for w in weights], names
 
 
-def peft_config_for(config: Any, *, task_type: str = "CAUSAL_LM", modules_to_save: list[str] | None = None):
-    """PEFT's ``LoraConfig`` from a stage config's ``lora_*`` fields (None with ``full``); the reward-model stage
-    passes ``SEQ_CLS`` and its score head."""
-    if config.full:
-        return None
-    from peft import LoraConfig
-
-    targets: Any = config.lora_target_modules
-    if targets == ["all-linear"]:
-        targets = "all-linear"
-    return LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                      target_modules=targets, task_type=task_type, modules_to_save=modules_to_save)
-
-
-def trl_arguments(config: GRPOConfig, out: Path, reward_weights: list[float]):
-    """Our config -> the TRL config class of the run's variant (``GRPOConfig`` or ``RLOOConfig``): the fields both
-    have, the renamed ones, what the stage fixes, then ``trl_args`` (any other TRL field)."""
-    from agentic_rl.train.grpo_trainer import variant_for
-
-    variant = variant_for(config)
-    kwargs: dict[str, Any] = {name: getattr(config, name) for name in passed_through(variant.arguments)}
-    kwargs.update({trl_name: getattr(config, name) for name, trl_name in _RENAMED_TRL_FIELDS.items()})
-    kwargs.update(
-        output_dir=str(out), reward_weights=reward_weights,  # warmup_steps < 1: a fraction of max_steps
-        # Without use_cpu, several CPU processes would each train alone (no gloo process group, no gradient sync).
-        use_cpu=not has_gpu(),
-        # Our logger writes TensorBoard / wandb with the documented names; TRL's own reporters stay off.
-        report_to="none", log_completions=False, save_strategy="steps",
-        disable_dropout=True, dataloader_num_workers=0, remove_unused_columns=False,
-        chat_template_kwargs={"enable_thinking": False},
-    )
-    kwargs.update(config.trl_args)
-    kwargs.update(variant.fixed)
-    try:
-        return variant.arguments(**kwargs)
-    except (TypeError, ValueError) as exc:
-        name = "RLOO" if config.algorithm == "rloo" else "GRPO"
-        raise ConfigError(f"TRL rejected the {name} settings: {exc}") from None
-
-
-def evaluate_heldout(model, tokenizer, rows, config: GRPOConfig, env_factory=None) -> dict[str, Any]:
-    """Greedy held-out metrics of the current policy by the one held-out scorer that ``tune`` scores trials with
-    (:func:`agentic_rl.eval.validation.score_heldout`: the final evaluation's parse-and-compare; with an environment,
-    greedy episodes with its tools)."""
-    from agentic_rl.eval import validation
-
-    return validation.score_heldout(model, tokenizer, rows, max_new_tokens=config.max_completion_length,
-                                    rewards=list(config.rewards), env_factory=env_factory,
-                                    tools_in_prompt=config.tools_in_prompt, max_turn_tokens=config.max_turn_tokens)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # The stage
 # ---------------------------------------------------------------------------------------------------------------
@@ -551,6 +393,10 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     if not config.model:
         raise ConfigError("model is required: an SFT output directory, a model directory or a hub id (--model)")
     started = time.time()
+    from agentic_rl.train.grpo_trainer import (GRPOMonitor, best_row, build_trainer, health_monitor, load_policy,
+                                               peft_config_for, record_trainable_parameters, save_final_policy,
+                                               save_start, trl_arguments)
+
     out = stage_path(config.output_dir, "grpo")
     print(format_config(config, "grpo"), flush=True)
     # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
@@ -594,29 +440,18 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         f"{'full fine-tuning' if config.full else f'LoRA r={config.lora_r}'}, beta={config.beta}")
 
     # --- trainer: the variant (refill, SFT anchor, compact sampling, RLOO, episodes) from grpo_trainer.VARIANTS ---
-    from agentic_rl.models.loading import count_parameters
-    from agentic_rl.train.grpo_trainer import (GRPOMonitor, best_row, build_trainer, health_monitor, load_weights,
-                                               save_policy)
-
     logger = MetricsLogger(out, backends, config=config_to_dict(config), resume=checkpoint is not None)
     rules = health_monitor(config, environment=env_factory is not None)
-    evaluate = None if heldout is None else functools.partial(evaluate_heldout, tokenizer=tokenizer, rows=heldout,
-                                                              config=config, env_factory=env_factory)
-    monitor = GRPOMonitor(config, out, logger, rules, evaluate, tokenizer, base=(start_fingerprint, base_dir))
+    base = (start_fingerprint, base_dir)  # recorded with best/ and adapter/
+    monitor = GRPOMonitor(config, out, logger, rules, heldout, tokenizer, env_factory, base)
     if checkpoint is not None:
         monitor.restore_best()
-    if env_factory is not None or config.generation_backend == "compact":
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL 1.16
     trainer = build_trainer(config, env_factory=env_factory, out=out, demonstrations=demonstrations, model=model,
                             reward_funcs=funcs, args=trl_arguments(config, out, weights), train_dataset=train,
                             processing_class=tokenizer, peft_config=peft_config_for(config),
                             callbacks=[monitor, *(callbacks or [])], logprob_chunk_rows=config.logprob_chunk_rows)
     monitor.attach(trainer)
-    trainable_names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
-    (out / "trainable_parameters.txt").write_text("\n".join(trainable_names) + "\n")
-    trainable, total = count_parameters(trainer.model)
-    log(f"trainable parameters: {trainable:,} of {total:,} ({trainable / total:.2%}), names in "
-        f"{out / 'trainable_parameters.txt'}")
+    trainable = record_trainable_parameters(trainer.model, out / "trainable_parameters.txt")
 
     try:
         with labelled_positions_only():  # log-probs through the LM head for completion tokens only
@@ -625,23 +460,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         logger.close()
 
     # --- save: adapter, model (adapter merged in) --------------------------------------------------------------------
-    policy = trainer.model
-    if config.select_best and monitor.best_step not in (None, trainer.state.global_step):
-        log(f"select_best: building model/ from best/ (step {monitor.best_step}, held-out {config.best_metric} "
-            f"{monitor.best_score:.3f})")
-        load_weights(policy, out / "best")
-    adapter_dir = None
-    if not config.full:
-        adapter_dir = out / "adapter"
-        save_policy(policy, tokenizer, adapter_dir)
-        write_base_fingerprint(adapter_dir, start_fingerprint, base_dir)
-        policy = policy.merge_and_unload()
-    model_dir = out / MODEL_FOLDER
-    policy.config._name_or_path = str(model_dir)
-    from agentic_rl.models import save_model_dir  # model + tokenizer + generation config, plain from_pretrained
-
-    save_model_dir(policy, tokenizer, model_dir)
-
+    model_dir, adapter_dir = save_final_policy(trainer, monitor, tokenizer, out, base)
     heldout_rows = read_jsonl(out / "heldout.jsonl")
     result = {
         "model_dir": str(model_dir),

@@ -1,6 +1,18 @@
 """The GRPO stage's trainers: TRL's ``GRPOTrainer`` / ``RLOOTrainer`` with the project's overrides, and the table
 that picks one from the stage config.
 
+The algorithm is DeepSeekMath's GRPO as TRL 1.16 implements it. For every prompt, sample a *group* of
+``num_generations`` completions; score each with the weighted sum of the reward functions; the advantage of
+completion *i* is ``r_i - mean(r_group)``, divided by the group's standard deviation when ``scale_rewards=group``. The
+policy loss is PPO's clipped surrogate per token, ``-min(ρ·A, clip(ρ, 1-ε, 1+ε_high)·A)`` with ``ρ = π_θ / π_old``,
+plus ``β · KL(π_θ || π_ref)`` (the k3 estimator) against the starting model; ``loss_type`` picks how token losses are
+averaged (``grpo``: per sequence, then over sequences; ``dapo``: over all tokens of the global batch; ``dr_grpo``: by a
+constant ``max_completion_length``; ``bnpo``: over the tokens of the local batch). Each generation batch is used for
+``steps_per_generation`` optimizer steps, ``num_iterations`` times over. Sampling is TRL's own (``model.generate``
+or vLLM), the project's decode loop (``generation_backend: compact``: each distinct prompt prefilled once, ended
+completions dropped from the batch) or, with an environment, multi-turn episodes whose tool and feedback tokens carry
+no loss (TRL's tool mask); TRL decodes, scores and trains on them alike.
+
 Every class here subclasses a TRL trainer and replaces or extends a few of its methods, one named override per
 concern, each docstring naming the TRL method it replaces and the TRL version it was checked against:
 
@@ -58,8 +70,10 @@ agent/turns_per_episode, agent/<own>                                turns, the e
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -72,10 +86,11 @@ from accelerate.utils import gather
 from trl.models.utils import disable_gradient_checkpointing
 
 from agentic_rl.errors import ConfigError
+from agentic_rl.runs import MODEL_FOLDER
 from agentic_rl.train.logprobs import LengthSortedScoring
 from agentic_rl.train.monitoring import HealthMonitor, NonFiniteGuard, trl_generation_log
 from agentic_rl.train.signal import concat_batches, group_has_signal, select_groups
-from agentic_rl.utils import append_jsonl, log, read_json, write_json
+from agentic_rl.utils import append_jsonl, has_gpu, log, read_json, write_json
 
 #: The TRL release range these overrides were checked against (pyproject.toml pins the same range).
 TRL_CHECKED = "1.16"
@@ -390,6 +405,8 @@ def build_trainer(config: Any, *, env_factory, out: Path, demonstrations, **trai
     ``trainer_kwargs`` are TRL's (model, reward_funcs, args, ...) and ``logprob_chunk_rows``."""
     sampling = sampling_of(config)
     variant = VARIANTS[(config.algorithm, sampling)]
+    if sampling != "trl":
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL 1.16
     if sampling == "episodes":
         trainer_kwargs["rollout_func"] = episode_rollout(config, env_factory, trainer_kwargs["train_dataset"].to_list(),
                                                          out)
@@ -399,6 +416,73 @@ def build_trainer(config: Any, *, env_factory, out: Path, demonstrations, **trai
         trainer_kwargs.update(refill_max_draws=config.refill_max_draws, sft_loss_weight=config.sft_loss_weight,
                               sft_demonstrations=demonstrations, seed=config.seed)
     return variant.trainer(**trainer_kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TRL's config: the stage's settings under TRL's names
+# ---------------------------------------------------------------------------------------------------------------
+
+#: TRL generation settings the compact decode loop does not apply: with any of them TRL must generate itself.
+_TRL_ONLY_GENERATION = ("generation_kwargs", "repetition_penalty", "min_p", "cache_implementation",
+                        "use_transformers_continuous_batching", "use_transformers_paged")
+
+#: This config's fields that TRL's config calls otherwise, and TRL fields the stage computes itself.
+_RENAMED_TRL_FIELDS = {"batch_size": "per_device_train_batch_size", "warmup_ratio": "warmup_steps"}
+_COMPUTED_TRL_FIELDS = ("output_dir", "report_to", "reward_weights")
+
+
+def passed_through(config: Any, trl_config_class) -> list[str]:
+    """The fields of the stage config that TRL's ``trl_config_class`` has under the same name: they go to TRL as
+    they are (the stage's own settings, its defaults and checks, for TRL's)."""
+    trl_fields = {f.name for f in dataclasses.fields(trl_config_class)}
+    return [f.name for f in dataclasses.fields(config) if f.name in trl_fields and f.name not in _COMPUTED_TRL_FIELDS]
+
+
+def check_trl_args(config: Any) -> None:
+    """Every ``trl_args`` key names a field of the TRL config the run uses, and none that a typed setting (or the
+    stage itself) owns: passing those through would silently fight the typed field."""
+    if not config.trl_args:
+        return
+    config_cls = variant_for(config).arguments
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    owned = {*passed_through(config, config_cls), *_RENAMED_TRL_FIELDS.values(), *_COMPUTED_TRL_FIELDS}
+    for key in config.trl_args:
+        if key not in known:
+            import difflib
+
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"trl_args: '{key}' is not a field of TRL's {config_cls.__name__}{hint}")
+        if key in owned:
+            raise ConfigError(f"trl_args: '{key}' has its own setting in this stage; set '{key}' directly")
+    trl_only = [key for key in _TRL_ONLY_GENERATION if key in config.trl_args]
+    if config.generation_backend == "compact" and trl_only:
+        raise ConfigError(f"trl_args '{trl_only[0]}' is applied by TRL's own generation only: set "
+                          "generation_backend to 'trl'")
+
+
+def trl_arguments(config: Any, out: Path, reward_weights: list[float]):
+    """The stage config -> the TRL config class of the run's variant (``GRPOConfig`` or ``RLOOConfig``): the fields both
+    have, the renamed ones, what the stage fixes, then ``trl_args`` (any other TRL field)."""
+    variant = variant_for(config)
+    kwargs: dict[str, Any] = {name: getattr(config, name) for name in passed_through(config, variant.arguments)}
+    kwargs.update({trl_name: getattr(config, name) for name, trl_name in _RENAMED_TRL_FIELDS.items()})
+    kwargs.update(
+        output_dir=str(out), reward_weights=reward_weights,  # warmup_steps < 1: a fraction of max_steps
+        # Without use_cpu, several CPU processes would each train alone (no gloo process group, no gradient sync).
+        use_cpu=not has_gpu(),
+        # Our logger writes TensorBoard / wandb with the documented names; TRL's own reporters stay off.
+        report_to="none", log_completions=False, save_strategy="steps",
+        disable_dropout=True, dataloader_num_workers=0, remove_unused_columns=False,
+        chat_template_kwargs={"enable_thinking": False},
+    )
+    kwargs.update(config.trl_args)
+    kwargs.update(variant.fixed)
+    try:
+        return variant.arguments(**kwargs)
+    except (TypeError, ValueError) as exc:
+        name = "RLOO" if config.algorithm == "rloo" else "GRPO"
+        raise ConfigError(f"TRL rejected the {name} settings: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -448,7 +532,7 @@ def changed_trl_methods() -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Monitoring: metric names, health rules, sample completions, held-out checks, best/
+# The policy (start, best/, final) and monitoring: metric names, health rules, sample completions, held-out checks
 # ---------------------------------------------------------------------------------------------------------------
 
 #: TRL's GRPO keys -> ours (the trainer's shared keys are train.monitoring.TRAINER_METRIC_NAMES).
@@ -538,6 +622,59 @@ def health_monitor(config: Any, *, environment: bool = False) -> HealthMonitor:
     return HealthMonitor(rules)
 
 
+def load_policy(config: Any, out: Path):
+    """The starting policy (a plain ``PreTrainedModel``) and its tokenizer; writes nothing.
+
+    An SFT adapter is merged into its base, so the new GRPO adapter (or full fine-tuning) starts from — and is
+    KL-regularised towards — the SFT policy. Returns ``(model, tokenizer, base_dir)`` where ``base_dir`` is a
+    directory holding exactly the starting weights (needed by TRL to build the reference for full fine-tuning, and
+    recorded as the adapter's base): for a merged adapter ``<run>/base``, which :func:`save_start` writes once the
+    run directory may be touched.
+    """
+    from agentic_rl.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(config.model)
+    base_dir = config.model  # a directory or hub id: TRL and PEFT can reload it by name
+    if hasattr(model, "merge_and_unload"):  # a PeftModel: an adapter directory was given
+        model = model.merge_and_unload()
+        base_dir = str(out / "base")
+    model.config._name_or_path = base_dir  # TRL rebuilds the full-FT reference from here
+    tokenizer.padding_side = "left"
+    return model, tokenizer, base_dir
+
+
+def save_start(model, tokenizer, base_dir: str, out: Path) -> None:
+    """Write the merged starting weights to ``<run>/base`` when the start was an adapter (see :func:`load_policy`)."""
+    if Path(base_dir) == out / "base" and not (Path(base_dir) / "config.json").is_file():
+        log(f"writing the starting weights to {base_dir} (reference model / adapter base)")
+        model.save_pretrained(base_dir)
+        tokenizer.save_pretrained(base_dir)
+
+
+def peft_config_for(config: Any, *, task_type: str = "CAUSAL_LM", modules_to_save: list[str] | None = None):
+    """PEFT's ``LoraConfig`` from a stage config's ``lora_*`` fields (None with ``full``); the reward-model stage
+    passes ``SEQ_CLS`` and its score head."""
+    if config.full:
+        return None
+    from peft import LoraConfig
+
+    targets: Any = config.lora_target_modules
+    if targets == ["all-linear"]:
+        targets = "all-linear"
+    return LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                      target_modules=targets, task_type=task_type, modules_to_save=modules_to_save)
+
+
+def record_trainable_parameters(model, path: Path) -> int:
+    """Write the names of the trainable parameters to ``path``, log their count; returns it."""
+    from agentic_rl.models.loading import count_parameters
+
+    path.write_text("".join(f"{n}\n" for n, p in model.named_parameters() if p.requires_grad))
+    trainable, total = count_parameters(model)
+    log(f"trainable parameters: {trainable:,} of {total:,} ({trainable / total:.2%}), names in {path}")
+    return trainable
+
+
 def save_policy(model, tokenizer, path: Path) -> None:
     """The trainable part: the adapter for LoRA, the whole model for full fine-tuning."""
     path.mkdir(parents=True, exist_ok=True)
@@ -572,18 +709,29 @@ def _text(completion: Any) -> str:
     return str(completion)
 
 
+def evaluate_heldout(model, tokenizer, rows, config: Any, env_factory=None) -> dict[str, Any]:
+    """Greedy held-out metrics of the current policy by the one held-out scorer that ``tune`` scores trials with
+    (:func:`agentic_rl.eval.validation.score_heldout`: the final evaluation's parse-and-compare; with an environment,
+    greedy episodes with its tools)."""
+    from agentic_rl.eval import validation
+
+    return validation.score_heldout(model, tokenizer, rows, max_new_tokens=config.max_completion_length,
+                                    rewards=list(config.rewards), env_factory=env_factory,
+                                    tools_in_prompt=config.tools_in_prompt, max_turn_tokens=config.max_turn_tokens)
+
+
 class GRPOMonitor(NonFiniteGuard):
     """The trainer callback: renamed metrics, health rules, ``completions.jsonl`` and periodic held-out evaluation
     that keeps ``best/``; a :class:`~agentic_rl.train.monitoring.NonFiniteGuard`, so a NaN/inf loss or weights end
-    the run with an error. ``evaluate(model) -> metrics`` is the held-out check (None: no held-out rows); ``base``:
-    (fingerprint, directory) of the starting weights, recorded with ``best/``. ``attach(trainer)`` gives it the
+    the run with an error. ``heldout``: the rows of the held-out check (None: no check); ``base``: (fingerprint,
+    directory) of the starting weights, recorded with ``best/``. ``attach(trainer)`` gives it the
     trainer whose sample completions it writes."""
 
-    def __init__(self, config: Any, out: Path, logger, rules: HealthMonitor, evaluate: Callable | None, tokenizer,
-                 base: tuple):
+    def __init__(self, config: Any, out: Path, logger, rules: HealthMonitor, heldout: list | None, tokenizer,
+                 env_factory, base: tuple):
         super().__init__()
         self.config, self.out, self.logger, self.rules = config, out, logger, rules
-        self.evaluate, self.tokenizer, self.base = evaluate, tokenizer, base
+        self.heldout, self.tokenizer, self.env_factory, self.base = heldout, tokenizer, env_factory, base
         self.trainer = None
         self.best_score, self.best_step = -math.inf, None
         self.evaluated_steps: set[int] = set()
@@ -630,12 +778,12 @@ class GRPOMonitor(NonFiniteGuard):
             self.logger.text(step, "grpo/completions", "\n\n---\n\n".join(shown))
 
     def on_train_begin(self, args, st, control, model=None, **kwargs):
-        if self.evaluate is not None and self.config.heldout_every and st.global_step == 0:
+        if self.heldout is not None and self.config.heldout_every and st.global_step == 0:
             self._heldout(st.global_step, model)
 
     def on_step_end(self, args, st, control, model=None, **kwargs):
         super().on_step_end(args, st, control, model=model, **kwargs)
-        if self.evaluate is None or not self.config.heldout_every or self.problem is not None:
+        if self.heldout is None or not self.config.heldout_every or self.problem is not None:
             return
         if st.global_step % self.config.heldout_every == 0 or st.global_step >= st.max_steps:
             self._heldout(st.global_step, model)
@@ -647,7 +795,7 @@ class GRPOMonitor(NonFiniteGuard):
             return
         self.evaluated_steps.add(step)
         start = time.time()
-        metrics = self.evaluate(model)
+        metrics = evaluate_heldout(model, self.tokenizer, self.heldout, self.config, self.env_factory)
         row = {"step": step, **metrics, "seconds": round(time.time() - start, 1)}
         append_jsonl(self.out / "heldout.jsonl", row)
         self.logger.log(step, {f"eval/{k}": float(v) for k, v in metrics.items() if k != "n"})
@@ -659,3 +807,26 @@ class GRPOMonitor(NonFiniteGuard):
             write_base_fingerprint(self.out / "best", *self.base)
             write_json(self.out / "best" / "best.json", {"step": step, **metrics})
 
+
+def save_final_policy(trainer, monitor: GRPOMonitor, tokenizer, out: Path, base: tuple) -> tuple[Path, Path | None]:
+    """The run's outputs: ``<run>/adapter`` (LoRA) and ``<run>/model`` (the adapter merged in; built from ``best/``
+    with ``select_best`` when the best held-out step is not the last). Returns ``(model_dir, adapter_dir)``."""
+    from agentic_rl.models import save_model_dir  # model + tokenizer + generation config, plain from_pretrained
+    from agentic_rl.models.fingerprint import write_base_fingerprint
+
+    config = monitor.config
+    policy = trainer.model
+    if config.select_best and monitor.best_step not in (None, trainer.state.global_step):
+        log(f"select_best: building model/ from best/ (step {monitor.best_step}, held-out {config.best_metric} "
+            f"{monitor.best_score:.3f})")
+        load_weights(policy, out / "best")
+    adapter_dir = None
+    if not config.full:
+        adapter_dir = out / "adapter"
+        save_policy(policy, tokenizer, adapter_dir)
+        write_base_fingerprint(adapter_dir, *base)
+        policy = policy.merge_and_unload()
+    model_dir = out / MODEL_FOLDER
+    policy.config._name_or_path = str(model_dir)
+    save_model_dir(policy, tokenizer, model_dir)
+    return model_dir, adapter_dir

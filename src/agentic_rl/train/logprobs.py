@@ -5,11 +5,12 @@ TRL's ``GRPOTrainer`` (and ``RLOOTrainer``) score a batch — the policy's log-p
 the KL term, the old policy's when needed — with forward passes over ``[prompt | completion]`` rows: prompts
 left-padded to the longest prompt of the batch, completions right-padded to the longest completion. With prompts and
 completions of uneven lengths much of that is padding, and the forward and backward passes pay for every position.
-verl removes padding with variable-length attention kernels (``use_remove_padding``); those need a GPU. Here (:class:`LengthSortedScoring`) the rows are sorted by prompt
-length, then completion length, and scored ``logprob_chunk_rows`` at a time; each chunk drops the columns none of its
-rows uses — left padding all its prompts share and completion columns past its longest completion. The results are
-put back in the batch's order and width (zeros where a chunk was cut, which the completion mask hides), so the loss,
-its normalisation and the gradients are TRL's own, up to float rounding.
+verl removes padding with variable-length attention kernels (``use_remove_padding``); those need a GPU. Here
+(:class:`LengthSortedScoring`) the rows are sorted by prompt length, then completion length, and scored
+``logprob_chunk_rows`` at a time; each chunk drops the columns none of its rows uses — left padding all its prompts
+share and completion columns past its longest completion. The results are put back in the batch's order and width
+(zeros where a chunk was cut, which the completion mask hides), so the loss, its normalisation and the gradients are
+TRL's own, up to float rounding.
 
 Dropping left columns moves every position of the chunk by the same amount. Rotary position embeddings depend only on
 the distance between positions, so that changes nothing but rounding; models with absolute positions, or rotary

@@ -1,4 +1,4 @@
-"""RLOO (REINFORCE Leave-One-Out, Ahmadian et al. 2024) as GRPO's second algorithm: ``agentic-rl grpo --algorithm rloo``.
+"""RLOO (REINFORCE Leave-One-Out, Ahmadian et al. 2024), GRPO's second algorithm: ``agentic-rl grpo --algorithm rloo``.
 
 Everything but the update is the GRPO stage's (:mod:`agentic_rl.train.grpo`): model, LoRA, data, rewards (the same
 ``--reward`` specs, a reward model included), monitoring (the same ``grpo/…`` metric names in ``metrics.jsonl`` and
