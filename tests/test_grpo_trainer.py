@@ -32,10 +32,14 @@ def test_a_changed_signature_is_reported_with_the_method_and_both_signatures(mon
     def _compute_loss(self, model, inputs, num_items_in_batch):  # a TRL release that added a parameter
         raise AssertionError("never called")
 
+    import trl.trainer.utils as trl_utils
+
     monkeypatch.setattr(trl.GRPOTrainer, "_compute_loss", _compute_loss)
     monkeypatch.delattr(trl.GRPOTrainer, "_generate")
+    monkeypatch.delattr(trl_utils, "_use_triton")
     problems = changed_trl_methods()
-    assert len(problems) == 2
+    assert len(problems) == 3
+    assert any(p.startswith("trl.trainer.utils._use_triton is gone") for p in problems)
     assert any(p.startswith("trl.GRPOTrainer._generate is gone") for p in problems)
     assert any("trl.GRPOTrainer._compute_loss is now (self, model, inputs, num_items_in_batch)" in p
                and "written for (self, model, inputs)" in p for p in problems)

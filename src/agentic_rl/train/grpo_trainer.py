@@ -71,6 +71,7 @@ agent/turns_per_episode, agent/<own>                                turns, the e
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import math
 import os
@@ -489,8 +490,10 @@ def trl_arguments(config: Any, out: Path, reward_weights: list[float]):
 # TRL methods overridden here, with the signatures they were written for
 # ---------------------------------------------------------------------------------------------------------------
 
-#: ``"Class.method"`` of TRL (or transformers) -> its parameters as written for TRL 1.16 (annotations left out:
-#: a call depends on names, order and defaults). Checked by a unit test against the installed library.
+#: ``"Class.method"`` of TRL (``SFTTrainer``'s sampler is transformers' ``Trainer``'s), or a TRL function the project
+#: swaps (``trainer.utils._use_triton``: :func:`~agentic_rl.train.logprobs.labelled_positions_only`) -> its parameters
+#: as written for TRL 1.16 (annotations left out: a call depends on names, order and defaults). Checked by a unit
+#: test against the installed library.
 OVERRIDDEN_TRL_METHODS: dict[str, str] = {
     "GRPOTrainer._generate": "(self, prompts)",
     "GRPOTrainer._generate_and_score_completions": "(self, inputs)",
@@ -507,6 +510,7 @@ OVERRIDDEN_TRL_METHODS: dict[str, str] = {
         "spatial_shapes=None, num_tiles=None, image_sizes=None, token_type_ids=None, mm_token_type_ids=None, "
         "image_position_ids=None)"),
     "SFTTrainer._get_train_sampler": "(self, train_dataset=None)",
+    "trainer.utils._use_triton": "(device)",
 }
 
 
@@ -516,13 +520,27 @@ def plain_signature(func: Callable) -> str:
     return str(inspect.Signature(params))
 
 
+def _trl_attribute(path: str):
+    """``trl.<path>`` (``"GRPOTrainer._generate"``, ``"trainer.utils._use_triton"``), or None when it is gone."""
+    found: Any = trl
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            try:
+                found = importlib.import_module("trl." + ".".join(parts[:i + 1]))
+            except ImportError:
+                return None
+    return found
+
+
 def changed_trl_methods() -> list[str]:
     """One line per overridden TRL method whose installed signature differs from the one written for (or that is
     gone); empty when all match."""
     problems = []
     for qualified, expected in OVERRIDDEN_TRL_METHODS.items():
-        owner, method = qualified.split(".")
-        func = getattr(getattr(trl, owner), method, None)
+        func = _trl_attribute(qualified)
         if func is None:
             problems.append(f"trl.{qualified} is gone (TRL {trl.__version__}; written for TRL {TRL_CHECKED})")
         elif plain_signature(func) != expected:

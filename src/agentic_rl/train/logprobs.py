@@ -113,9 +113,10 @@ def labelled_positions_only():
     TRL projects through the LM head and folds the vocabulary only for labelled positions where Triton runs, and for
     every position elsewhere, because on a compiling backend (Neuron) a changing count would recompile each batch;
     the unlabelled positions' results are then zeroed. Nothing compiles on a CPU, and in SFT the prompt and the
-    padding are about two thirds of the positions (the quickstart: completions of ~28 tokens in rows of ~82), so the
-    head's forward and backward run for three times the tokens they need. Same arithmetic per labelled position: this
-    is TRL's own GPU path. A TRL without the switch (``trl.trainer.utils._use_triton``) keeps its own behaviour."""
+    padding are most of the positions, so the head's forward and backward would run for several times the tokens
+    they need. Same arithmetic per labelled position: this
+    is TRL's own GPU path. A TRL without the switch (``trl.trainer.utils._use_triton``, checked against TRL 1.16 with
+    the overridden methods: :data:`agentic_rl.train.grpo_trainer.OVERRIDDEN_TRL_METHODS`) keeps its own behaviour."""
     import trl.trainer.utils as trl_utils
 
     original = getattr(trl_utils, "_use_triton", None)
