@@ -185,9 +185,10 @@ def test_overwrite_removes_every_output_an_earlier_grpo_run_wrote(tiny_model_dir
     import re
 
     from agentic_rl.runs import FINISHED_MARKER, StageRun
-    from agentic_rl.train import grpo
+    from agentic_rl.train import grpo, grpo_trainer
 
-    written = set(re.findall(r'\bout / "([^"]+)"', inspect.getsource(grpo))) - {"config.yaml"}
+    source = inspect.getsource(grpo) + inspect.getsource(grpo_trainer)  # the stage and its trainer's callback
+    written = set(re.findall(r'\bout / "([^"]+)"', source)) - {"config.yaml"}
     assert {"difficulty.json", "best"} <= written
     out = tmp_path / "grpo"
     for name in written | {"checkpoint-3", FINISHED_MARKER}:
@@ -253,7 +254,7 @@ def test_resume_steps_over_a_checkpoint_left_half_written(finished_grpo, tiny_mo
     weights.write_bytes(weights.read_bytes()[:1000])
     for name in ("optimizer.pt", "trainer_state.json"):
         (out / "checkpoint-2" / name).unlink()
-    (out / "result.json").unlink()
+    (out / "stage.json").unlink()
     result = run(_grpo_config(tiny_model_dir, out, resume=True, max_steps=3, output_dir=str(out)))
     assert result["resumed_from"] == str(out / "checkpoint-1") and result["steps"] == 3
     assert "checkpoint-2 is incomplete (no trainer_state.json" in capsys.readouterr().err

@@ -340,23 +340,6 @@ def finished_result(out: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def check_stage_dir(out: Path, config: Any, *, stage: str, checkpoints: Path | None = None,
-                    finished: str | None = None) -> str | None:
-    """:meth:`StageRun.check` for a stage that does not hold a :class:`StageRun`; ``finished``: the file such a
-    stage writes when it finished, in place of :data:`FINISHED_MARKER`."""
-    run = StageRun(out, config, stage=stage, checkpoints=checkpoints)
-    if finished:
-        run.finished_path = run.out / finished
-    return run.check()
-
-
-def claim_stage_dir(out: Path, config: Any, *, stage: str, stale: Iterable[str] = (), resuming: bool) -> Path:
-    """:meth:`StageRun.claim` for a stage that does not hold its :class:`StageRun` (``stale``: what it writes)."""
-    run = StageRun(out, config, stage=stage, outputs=stale)
-    run.resume_from = "resuming" if resuming else None
-    return run.claim()
-
-
 def stage_settings_mismatch(out: Path, config: Any) -> list[str] | None:
     """For a pipeline: the settings in which ``out``'s recorded run differs from ``config`` (everything but
     ``resume``/``overwrite`` counts); None when ``out`` records no settings."""

@@ -197,7 +197,7 @@ def load_reward_base(config: RewardModelConfig, *, conversational: bool):
 
 
 def peft_config_for(config: RewardModelConfig):
-    from agentic_rl.train.grpo import peft_config_for as lora_config
+    from agentic_rl.train.grpo_trainer import peft_config_for as lora_config
 
     return lora_config(config, task_type="SEQ_CLS", modules_to_save=["score"])  # the score head trains in full
 
