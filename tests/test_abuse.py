@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -161,3 +162,91 @@ def test_tool_limits_are_environment_settings_with_one_name_each():
         ToolEnvironment([lookup], tool_timeout_s=float("inf"))
     with pytest.raises(ConfigError, match="tool_timeout_s applies to multi-turn episodes only"):
         EnvironmentSettings(tool_timeout_s=5).check_environment_settings()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Flags: a list flag repeats, mistyped and abbreviated flags are refused with a suggestion, bounded YAML
+
+
+def _flags(argv: list[str]):
+    """The config the CLI builds from ``argv`` (the command's flags parsed and checked, nothing run)."""
+    from agentic_rl.cli import _load_command, build_parser
+    from agentic_rl.config import config_from_args, unknown_flag_error
+
+    parser = build_parser(only=argv[0])
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise unknown_flag_error(unknown, parser.command_flags, argv[0])
+    return config_from_args(_load_command(argv[0])[0], args, yaml_path=args._config_file, section=argv[0])
+
+
+def test_a_list_flag_repeats_and_splits_only_at_top_level_commas():
+    assert _flags(["preferences", "--judge", "accuracy:1.0", "--judge", "format:0.2"]).judge == [
+        "accuracy:1.0", "format:0.2"]
+    llm = 'judge(base_url=http://127.0.0.1:8000/v1,model=m,rubric="Correct, concise"):0.5'
+    assert _flags(["preferences", "--judge", "accuracy", "--judge", llm]).judge == ["accuracy", llm]
+    assert _flags(["preferences", "--judge", "accuracy:1.0,length(alpha=0.01, floor=0):0.5"]).judge == [
+        "accuracy:1.0", "length(alpha=0.01, floor=0):0.5"]
+    assert _flags(["sft", "--report-to", "tensorboard,wandb"]).report_to == ["tensorboard", "wandb"]
+    sampled = ["eval", "--num-samples", "8", "--temperature", "0.7"]
+    assert _flags([*sampled, "--pass-at-k", "1", "--pass-at-k", "4,8"]).pass_at_k == [1, 4, 8]
+    assert _flags(["grpo", "--reward", "accuracy", "--reward", "format:0.2"]).rewards == ["accuracy", "format:0.2"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["sft", "--learnig-rate", "1e-4"], "unknown flag '--learnig-rate' for 'agentic-rl sft' (did you mean "
+                                        "'--learning-rate'?)"),
+    (["sft", "--learning-rat", "1e-4"], "unknown flag '--learning-rat' for 'agentic-rl sft' (did you mean "
+                                        "'--learning-rate'?)"),
+    (["sft", "--learning-rate=1e-4", "--zzzzzz"], "unknown flag '--zzzzzz' for 'agentic-rl sft'; see agentic-rl sft"),
+])
+def test_mistyped_or_abbreviated_flags_are_one_line_errors_with_a_suggestion(argv, message, capsys):
+    from agentic_rl.cli import main
+
+    assert main(argv) == 2                                       # refused before any stage work
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: {message}" or err.startswith(f"error: {message}"), err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_unknown_reward_name_or_parameter_suggests_the_close_one():
+    from agentic_rl.rewards import build_rewards
+
+    with pytest.raises(ConfigError, match=r"unknown reward 'accuracyy' \(did you mean 'accuracy'\?\)"):
+        build_rewards(["accuracyy:1.0"])
+    with pytest.raises(ConfigError, match=r"has no parameter 'alpah' \(did you mean 'alpha'\?\)"):
+        build_rewards(["length(alpah=0.1)"])
+
+
+def test_a_config_file_over_the_size_limit_is_refused_before_parsing(tmp_path):
+    from agentic_rl.config import MAX_CONFIG_BYTES, read_yaml
+
+    big = tmp_path / "big.yaml"
+    with big.open("w") as fh:
+        for i in range(MAX_CONFIG_BYTES // 12 + 1000):
+            fh.write(f"key{i:07d}: {i}\n")
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"big.yaml: 1\.\d MB is not a config file \(the limit is 1024 KB"):
+        read_yaml(big)
+    assert time.monotonic() - started < 0.5
+
+
+BOMB = "{" + ", ".join(["a: &a [x, x, x, x, x, x, x, x, x]"] +
+                       [f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]"
+                        for i in range(8)]) + "}"
+
+
+@pytest.mark.parametrize("value, message", [
+    (BOMB, "its aliases expand to more than 10000 lists and mappings"),
+    ("{a: " * 5000 + "1" + "}" * 5000, "invalid YAML ("),
+    ("[" * 5000 + "]" * 5000, "invalid YAML ("),
+    ("{x: " + "7" * 5000 + "}", "a number with more than"),
+    ("{x: '" + "y" * (1024 * 1024) + "'}", "holds more than 1024 KB"),
+])
+def test_mapping_flags_have_the_limits_of_config_files(value, message):
+    started = time.monotonic()
+    for flag in ("--environment-args", "--trl-args"):
+        argv = ["grpo", "--environment", "calculator", flag, value]
+        with pytest.raises(ConfigError, match=rf"config key '{flag[2:].replace('-', '_')}'.*{re.escape(message)}"):
+            _flags(argv)
+    assert time.monotonic() - started < 5
