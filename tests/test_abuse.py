@@ -250,3 +250,81 @@ def test_mapping_flags_have_the_limits_of_config_files(value, message):
         with pytest.raises(ConfigError, match=rf"config key '{flag[2:].replace('-', '_')}'.*{re.escape(message)}"):
             _flags(argv)
     assert time.monotonic() - started < 5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# compare: nonsense inputs are refused in one line; output directories
+
+
+def _predictions(run: Path, stage: str, rows: list[dict]) -> None:
+    folder = run / "eval" / stage
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _evaluated_run(run: Path) -> Path:
+    for stage, right in (("grpo", 2), ("sft_continued", 1)):
+        _predictions(run, stage, [{"index": i, "sample": 0, "question": f"q{i}", "correct_strict": i < right}
+                                  for i in range(3)])
+    return run
+
+
+def _compare(argv: list[str], capsys) -> tuple[int, str]:
+    from agentic_rl.cli import main
+
+    code = main(["compare", *argv])
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) <= 1, err
+    return code, err
+
+
+def test_compare_refuses_one_run_given_twice(tmp_path, capsys):
+    run = _evaluated_run(tmp_path / "seed0")
+    code, err = _compare([str(run), str(tmp_path / "seed0" / "."), "--output-dir", str(tmp_path / "out"),
+                          "--bootstrap-samples", "200"], capsys)
+    assert code == 2 and f"run directory {tmp_path / 'seed0'} is given twice (also as {run})" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_compare_refuses_duplicated_and_empty_predictions(tmp_path, capsys):
+    run = _evaluated_run(tmp_path / "seed0")
+    path = run / "eval" / "grpo" / "predictions.jsonl"
+    rows = path.read_text().splitlines()
+    path.write_text("\n".join(rows + [rows[0]]) + "\n")
+    code, err = _compare([str(run), "--output-dir", str(tmp_path / "out"), "--bootstrap-samples", "200"], capsys)
+    assert code == 2 and f"{path} line 4: repeats line 1 (the same problem and sample 0)" in err
+    path.write_text("")
+    code, err = _compare([str(run), "--output-dir", str(tmp_path / "out"), "--bootstrap-samples", "200"], capsys)
+    assert code == 2 and f"{path} has no rows" in err
+
+
+def test_compare_bounds_the_bootstrap(tmp_path, capsys):
+    run = _evaluated_run(tmp_path / "seed0")
+    started = time.monotonic()
+    code, err = _compare([str(run), "--bootstrap-samples", "1000000000"], capsys)
+    assert code == 2 and "bootstrap_samples must be in [100, 100000], got 1000000000" in err
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("make_output, message", [
+    (lambda tmp: tmp / "a-file", "exists and is a file, not a folder"),
+    (lambda tmp: tmp / ("x" * 300), "is longer than 255 bytes"),
+    (lambda tmp: tmp / "a-file" / "below", "cannot create the output directory"),
+])
+def test_bad_output_directories_are_one_line_errors(tmp_path, capsys, make_output, message):
+    run = _evaluated_run(tmp_path / "seed0")
+    (tmp_path / "a-file").write_text("keep me")
+    code, err = _compare([str(run), "--output-dir", str(make_output(tmp_path)), "--bootstrap-samples", "200"], capsys)
+    assert code == 2 and message in err
+    assert (tmp_path / "a-file").read_text() == "keep me"
+
+
+def test_output_dir_tilde_is_the_home_directory(tmp_path, monkeypatch, capsys):
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    run = _evaluated_run(tmp_path / "seed0")
+    code, _ = _compare([str(run), "--output-dir", "~/cmp", "--bootstrap-samples", "200"], capsys)
+    assert code == 0 and (home / "cmp" / "compare.json").is_file() and not (work / "~").exists()
