@@ -328,3 +328,24 @@ def test_output_dir_tilde_is_the_home_directory(tmp_path, monkeypatch, capsys):
     run = _evaluated_run(tmp_path / "seed0")
     code, _ = _compare([str(run), "--output-dir", "~/cmp", "--bootstrap-samples", "200"], capsys)
     assert code == 0 and (home / "cmp" / "compare.json").is_file() and not (work / "~").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pipeline configs: a repeated stage, a name with control characters
+
+
+def test_a_pipeline_listing_a_stage_twice_is_refused():
+    from agentic_rl.pipeline import PipelineConfig
+
+    with pytest.raises(ConfigError, match="stage 'sft' is listed more than once in 'stages'"):
+        PipelineConfig(stages=["sft"] * 1000)
+    with pytest.raises(ConfigError, match="stage 'grpo' is listed more than once"):
+        PipelineConfig(stages=["sft", "grpo", "sft_continued", "grpo"])
+
+
+@pytest.mark.parametrize("name", ["run\nname", "run\tname", "tab\x00", "bell\x07"])
+def test_run_names_with_control_characters_are_refused(name):
+    from agentic_rl.pipeline import PipelineConfig
+
+    with pytest.raises(ConfigError, match="must be a plain folder name"):
+        PipelineConfig(name=name)

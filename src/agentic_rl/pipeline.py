@@ -87,6 +87,9 @@ class PipelineConfig(EnvironmentSettings):
         unknown = [s for s in self.stages if s not in STAGES]
         if unknown:
             raise ConfigError(f"unknown stage(s) {unknown} in 'stages'; choose from {STAGES}")
+        if len(set(self.stages)) < len(self.stages):  # each stage writes one folder: a repeat would redo or clash
+            raise ConfigError(f"stage '{next(s for s in self.stages if self.stages.count(s) > 1)}' is listed more "
+                              "than once in 'stages'; list each stage once")
         if "pretrain" in self.stages and self.model != EMBEDDED:
             raise ConfigError("stage 'pretrain' builds the embedded tiny base: set model: embedded, "
                               "or drop 'pretrain' from stages to start from an existing model")

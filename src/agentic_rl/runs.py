@@ -213,7 +213,7 @@ def delete_run_dir(path: str | Path, kind: str | None = None) -> None:
 
 def check_run_name(name: str) -> None:
     """A run name is one folder name under ``runs/``: no path separators, not ``.`` or ``..``."""
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+    if not name or name in (".", "..") or "/" in name or "\\" in name or not name.isprintable():  # \n, \0, \t
         raise ConfigError(f"name {name!r} must be a plain folder name (no '/', '\\', '.' or '..'); use --output-dir "
                           "for a path")
 
