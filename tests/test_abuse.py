@@ -6,6 +6,7 @@ Environments: a tool that blocks, one that returns megabytes, one that returns a
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -349,3 +350,45 @@ def test_run_names_with_control_characters_are_refused(name):
 
     with pytest.raises(ConfigError, match="must be a plain folder name"):
         PipelineConfig(name=name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reward modelling: pairs that rank nothing, held-out pairs too long to score
+
+
+def test_pairs_whose_chosen_equals_rejected_are_dropped_with_a_count(tmp_path, capsys):
+    from agentic_rl.errors import DataError
+    from agentic_rl.train.reward_model import load_pairs
+
+    rows = [{"prompt": f"Q{i}", "chosen": " same" if i % 2 else " good", "rejected": " same" if i % 2 else " bad"}
+            for i in range(6)]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    kept, _ = load_pairs(str(path))
+    assert [r["prompt"] for r in kept] == ["Q0", "Q2", "Q4"]
+    assert "dropped 3 of 6 pairs whose 'chosen' equals 'rejected' (line 2 first)" in capsys.readouterr().err
+    path.write_text("".join(json.dumps({**r, "rejected": r["chosen"]}) + "\n" for r in rows))
+    with pytest.raises(DataError, match="in every pair 'chosen' equals 'rejected' \\(line 1 first\\)"):
+        load_pairs(str(path))
+
+
+def test_a_huge_held_out_response_is_scored_on_its_first_max_length_tokens(tiny_model_dir):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from agentic_rl.rewards.reward_model import pair_texts, score_texts
+    from agentic_rl.train.reward_model import pairwise_accuracy
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    model = AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=1).eval()
+    model.config.pad_token_id = tokenizer.pad_token_id
+    huge = "7 " * 500_000                                      # 1 MB: about a million tokens untruncated
+    pairs = [{"prompt": "Q: 3 + 4?", "chosen": huge, "rejected": " 5"}]
+    started = time.monotonic()
+    result = pairwise_accuracy(model, tokenizer, pairs, max_length=64)
+    assert time.monotonic() - started < 60 and result["n"] == 1 and math.isfinite(result["mean_chosen"])
+    full = pair_texts(tokenizer, "Q: 3 + 4?", huge)
+    assert result["mean_chosen"] == pytest.approx(score_texts(model, tokenizer, [full[:64]])[0], abs=1e-5)
+    # without a limit the model's context length bounds the scored sequence
+    limit = model.config.max_position_embeddings
+    assert score_texts(model, tokenizer, [full])[0] == pytest.approx(
+        score_texts(model, tokenizer, [full[:limit]])[0], abs=1e-5)
