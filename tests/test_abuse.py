@@ -5,6 +5,7 @@ Environments: a tool that blocks, one that returns megabytes, one that returns a
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -392,3 +393,92 @@ def test_a_huge_held_out_response_is_scored_on_its_first_max_length_tokens(tiny_
     limit = model.config.max_position_embeddings
     assert score_texts(model, tokenizer, [full])[0] == pytest.approx(
         score_texts(model, tokenizer, [full[:limit]])[0], abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A full disk while saving: no half-written model folder, one line
+
+
+class _Saves:
+    """Stands in for a model or tokenizer: ``save_pretrained`` writes one file, then fails like a full disk when
+    told to (the failure is the operating system's error, raised where the real write would raise it)."""
+
+    def __init__(self, name: str, fail: bool = False):
+        self.name, self.fail = name, fail
+
+    def save_pretrained(self, folder: str) -> None:
+        Path(folder, f"{self.name}.safetensors").write_bytes(b"x" * 1000)
+        if self.fail:
+            raise OSError(errno.ENOSPC, "No space left on device", str(Path(folder, f"{self.name}-2.safetensors")))
+
+
+def test_a_full_disk_during_the_final_save_leaves_no_half_written_model(tmp_path):
+    from agentic_rl.errors import AgenticRLError
+    from agentic_rl.models.loading import save_model_atomically
+
+    model_dir = tmp_path / "run" / "model"
+    with pytest.raises(AgenticRLError) as error:
+        save_model_atomically(_Saves("model", fail=True), _Saves("tokenizer"), model_dir)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"the disk is full: could not save the model to {model_dir}")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == []          # nothing half-written, no temp folder
+
+    save_model_atomically(_Saves("model"), _Saves("tokenizer"), model_dir)      # a whole save
+    assert sorted(p.name for p in model_dir.iterdir()) == ["model.safetensors", "tokenizer.safetensors"]
+    with pytest.raises(AgenticRLError, match="the disk is full"):               # failing over an existing model
+        save_model_atomically(_Saves("new-model"), _Saves("tokenizer", fail=True), model_dir)
+    assert sorted(p.name for p in model_dir.iterdir()) == ["model.safetensors", "tokenizer.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["model"]
+    save_model_atomically(_Saves("new-model"), _Saves("tokenizer"), model_dir)  # a whole save replaces it
+    assert sorted(p.name for p in model_dir.iterdir()) == ["new-model.safetensors", "tokenizer.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["model"]
+
+
+def test_the_stage_model_savers_are_atomic(tmp_path, monkeypatch):
+    """SFT, pretraining and GRPO save their final model with ``save_model_dir``, the reward model with
+    ``save_reward_model``: a full disk in either leaves no model folder and is one line."""
+    import torch
+    from transformers import PreTrainedModel
+
+    from agentic_rl.errors import AgenticRLError
+    from agentic_rl.models import build_tiny_model, save_model_dir, train_tokenizer
+    from agentic_rl.train.reward_model import save_reward_model
+
+    tokenizer = train_tokenizer(["1 + 2 = 3", "Final Answer: 3"] * 20, vocab_size=300)
+    model = build_tiny_model(tokenizer, "micro", seed=0)
+    real_save = PreTrainedModel.save_pretrained
+
+    def full_disk(self, folder, *args, **kwargs):
+        real_save(self, folder, *args, **kwargs)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
+    for save in (save_model_dir, save_reward_model):
+        folder = tmp_path / save.__name__ / "model"
+        with pytest.raises(AgenticRLError, match=f"the disk is full: could not save the model to {folder}"):
+            save(model, tokenizer, folder)
+        assert not folder.exists() and list(folder.parent.iterdir()) == []
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", real_save)
+    assert (save_model_dir(model, tokenizer, tmp_path / "ok" / "model") / "config.json").is_file()
+    assert torch.isfinite(next(model.parameters())).all()
+
+
+def test_a_full_disk_mid_run_is_one_line_from_the_cli(monkeypatch, capsys):
+    """A checkpoint the trainer writes fails with ENOSPC: the command ends with one line, not a traceback."""
+    import agentic_rl.cli as cli
+
+    real = cli._load_command
+
+    def failing(name):
+        config_cls, _, module = real(name)
+
+        def run(config):
+            raise OSError(errno.ENOSPC, "No space left on device", "runs/sft/checkpoints/checkpoint-20/model.bin")
+
+        return config_cls, run, module
+
+    monkeypatch.setattr(cli, "_load_command", failing)
+    assert cli.main(["sft", "--max-steps", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: the disk is full (runs/sft/checkpoints/checkpoint-20/model.bin); free some space and run "
+                   "the same command with --resume")

@@ -75,6 +75,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AgenticRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        from agentic_rl.models.loading import DISK_FULL_ERRNOS
+
+        if exc.errno not in DISK_FULL_ERRNOS:
+            raise
+        # e.g. a checkpoint the trainer writes mid-run (model folders are saved whole or not at all)
+        print(f"error: the disk is full ({exc.filename or 'while writing'}); free some space and run the same "
+              "command with --resume", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("\ninterrupted: checkpoints saved so far are kept; run the same command with --resume to continue",
               file=sys.stderr)

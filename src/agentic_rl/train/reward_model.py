@@ -240,11 +240,10 @@ def trainer_arguments(config: RewardModelConfig, out: Path, report_to: list[str]
 
 def save_reward_model(model, tokenizer, path: Path) -> Path:
     """A plain sequence-classification directory (``AutoModelForSequenceClassification.from_pretrained`` loads it)."""
-    path.mkdir(parents=True, exist_ok=True)
+    from agentic_rl.models.loading import save_model_atomically
+
     model.config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
-    return path
+    return save_model_atomically(model, tokenizer, path)
 
 
 # ---------------------------------------------------------------------------------------------------------------
