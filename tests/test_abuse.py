@@ -482,3 +482,27 @@ def test_a_full_disk_mid_run_is_one_line_from_the_cli(monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert err == ("error: the disk is full (runs/sft/checkpoints/checkpoint-20/model.bin); free some space and run "
                    "the same command with --resume")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data readers: a CSV error names the row
+
+
+def test_a_csv_error_names_the_row_not_the_physical_line(tmp_path):
+    from agentic_rl.data.custom import load_task_dataset
+    from agentic_rl.data.gsm8k import read_file
+    from agentic_rl.errors import DataError
+
+    path = tmp_path / "d.csv"
+    path.write_text('question,answer\n"What is 1 + 1?","1 + 1 = 2\nso\n#### 2"\n"",7\n"What is 2 + 2?",4\n')
+    records = read_file(path)
+    assert [records.where(i) for i in range(3)] == [f"{path} row 1 (from line 2)", f"{path} row 2 (from line 5)",
+                                                    f"{path} row 3 (from line 6)"]
+    with pytest.raises(DataError, match=rf"{re.escape(str(path))} row 2 \(from line 5\)"):
+        load_task_dataset(str(path))
+    path.write_text('question,answer\n"What is 1 + 1?","1 + 1 = 2\nso\n#### 2"\nWhat is 3 + 4?,7,extra\n')
+    with pytest.raises(DataError, match=rf"row 2 \(from line 5\): more values than the header has columns"):
+        read_file(path)
+    path.write_text('question,answer\n"What is 1 + 1?","2"\n"What is 3 + 4?","' + "7" * 200_000 + '"\n')
+    with pytest.raises(DataError, match=r"row 2 \(from line 3\): malformed CSV \(field larger than field limit"):
+        read_file(path)
