@@ -238,13 +238,13 @@ def test_rl_training_tool_trains_and_evaluates_in_an_environment(tiny_model_dir,
     assert "accuracy_without_tools" in text and "success_at_2" in text
 
 
-def test_the_readme_example_environment_trains_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
-    """The class in the README, taken from the README, through the README's three commands (fewer steps)."""
+def test_the_guide_example_environment_trains_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
+    """The class in the environments guide, taken from it, through the guide's three commands (fewer steps)."""
     import re
 
     from agentic_rl.cli import main
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "environments.md").read_text()
     code = re.search(r"```python\n# my_envs.py\n(.*?)```", readme, re.S).group(1)
     commands = re.search(r"```bash\nexport PYTHONPATH=\$PWD.*?\n(agentic-rl sft .*?)```", readme, re.S).group(1)
     (tmp_path / "my_envs.py").write_text(code)

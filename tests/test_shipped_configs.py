@@ -100,9 +100,9 @@ def test_gpu_preset_is_the_seed_band():
 
 
 @pytest.mark.parametrize("preset, bf16", [("quickstart", True), ("quickstart-agentic", False)])
-def test_presets_train_in_the_precision_they_were_measured_in(monkeypatch, preset, bf16):
-    """On a CPU with bf16 instructions the single-turn quickstart takes the stages' bf16 default; the agentic preset
-    learned worse in bf16 (docs/results-agentic.md) and pins fp32 in every training stage, its control included."""
+def test_each_preset_resolves_to_its_precision_setting(monkeypatch, preset, bf16):
+    """On a CPU with bf16 instructions the single-turn quickstart takes the stages' bf16 default, while the agentic
+    preset's `bf16: false` holds in every training stage, its control included."""
     from agentic_rl import utils
     from agentic_rl.pipeline import (_section, _stage_class, _stage_config, _train_defaults, load_pipeline_config,
                                      preset_path)

@@ -77,15 +77,14 @@ import yaml
 
 from agentic_rl.config import SEED_RANGE, check_range, config_from_dict, config_to_dict, read_yaml, setting
 from agentic_rl.errors import ConfigError, TrainingError
-from agentic_rl.runs import MODEL_FOLDER, OLD_MODEL_FOLDER
+from agentic_rl.runs import MODEL_FOLDER
+from agentic_rl.stages import inherited_settings
 from agentic_rl.utils import free_memory, log, run_dir, warn, write_json
 
 STAGES = ("sft", "grpo")
 SEARCHES = ("grid", "random", "bayes")
 # Stage config fields a search may not set: they are per-trial bookkeeping, not hyper-parameters.
 _RESERVED = ("output_dir",)
-# Top-level keys of a pipeline file that reach its stage sections.
-PIPELINE_SHARED = ("model", "dataset", "seed", "synthetic_seed", "system_prompt")
 # Stage settings that decide which problems a trial is scored on (and its stage holds out of training).
 _DATA_KEYS = ("dataset", "split", "seed", "eval_samples", "question_field", "answer_field", "ground_truth_field",
               "system_prompt", "environment", "environment_args", "max_train_samples")
@@ -359,11 +358,8 @@ def base_values(config: TuneConfig, cls: type) -> dict[str, Any]:
     values: dict[str, Any] = {}
     if config.base_config:
         data = read_yaml(config.base_config)
-        known = set(_field_names(cls))
         if isinstance(data.get(config.stage), dict):  # a pipeline file: its stage section + shared top-level keys
-            for key in PIPELINE_SHARED:
-                if key in data and key in known:
-                    values[key] = data[key]
+            values.update(inherited_settings(data, config.stage, cls))
             if values.get("model") == "embedded":
                 raise ConfigError(f"{config.base_config}: model 'embedded' is built by the pipeline's pretrain stage; "
                                   f"give tune a model directory in fixed: {{model: runs/<name>/pretrain/model}}")
@@ -786,13 +782,11 @@ def _accepts_callbacks(fn: Callable[..., Any]) -> bool:
 
 
 def _drop_weights(trial_dir: Path) -> None:
-    """A finished trial keeps its config, metrics and logs; its weights (GBs for real models) are removed (in a study
-    an earlier version started, its trials' model folders are still called merged/)."""
+    """A finished trial keeps its config, metrics and logs; its weights (GBs for real models) are removed."""
     import shutil
 
     for child in trial_dir.glob("*"):
-        if child.is_dir() and (child.name in (MODEL_FOLDER, OLD_MODEL_FOLDER, "adapter", "base", "best", "final",
-                                              "checkpoints")
+        if child.is_dir() and (child.name in (MODEL_FOLDER, "adapter", "base", "best", "final", "checkpoints")
                                or child.name.startswith("checkpoint-")):
             shutil.rmtree(child, ignore_errors=True)
 
@@ -995,7 +989,7 @@ def write_outputs(config: TuneConfig, study, out: Path) -> dict[str, Any]:
                    f"held-out {config.objective} {best.value:.4f}\n")
         _atomic_write(best_stage, summary + f"# rerun: agentic-rl {config.stage} --config {best_stage.name}\n"
                       + yaml.safe_dump(stage_values, sort_keys=False))
-        shared = PIPELINE_SHARED
+        shared = list(inherited_settings(stage_values, config.stage, stage_class(config.stage)[0]))
         pipeline = {"stages": [config.stage], **{k: stage_values[k] for k in shared if stage_values.get(k) is not None},
                     config.stage: {k: v for k, v in stage_values.items() if k not in shared}}
         _atomic_write(out / "best_pipeline.yaml", summary + "# rerun: agentic-rl pipeline --config best_pipeline.yaml\n"
@@ -1019,10 +1013,3 @@ def write_outputs(config: TuneConfig, study, out: Path) -> dict[str, Any]:
     result["report"] = str(out / "report.md")
     return result
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["tune", *sys.argv[1:]]))
