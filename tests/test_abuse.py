@@ -506,3 +506,20 @@ def test_a_csv_error_names_the_row_not_the_physical_line(tmp_path):
     path.write_text('question,answer\n"What is 1 + 1?","2"\n"What is 3 + 4?","' + "7" * 200_000 + '"\n')
     with pytest.raises(DataError, match=r"row 2 \(from line 3\): malformed CSV \(field larger than field limit"):
         read_file(path)
+
+
+def test_stage_output_dirs_expand_the_home_directory_and_refuse_files(tmp_path, monkeypatch):
+    """Every stage resolves --output-dir through the same function: '~' is the home directory, a file or an
+    over-long name is a one-line error before anything is created."""
+    from agentic_rl.runs import stage_path
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert stage_path("~/runs/sft", "sft") == tmp_path / "home" / "runs" / "sft"
+    assert stage_path(None, "sft").name == "sft"
+    (tmp_path / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="exists and is a file, not a folder"):
+        stage_path(str(tmp_path / "notes.txt"), "sft")
+    with pytest.raises(ConfigError, match="longer than 255 bytes"):
+        stage_path("runs/" + "n" * 300, "sft")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from agentic_rl.errors import ConfigError
-from agentic_rl.utils import RUNS_ROOT, last_checkpoint, log, read_json, warn, write_json
+from agentic_rl.utils import RUNS_ROOT, last_checkpoint, log, output_path, read_json, warn, write_json
 
 RUN_MARKER = ".agentic-rl-run"
 
@@ -189,7 +189,7 @@ def check_run_name(name: str) -> None:
 
 def stage_path(output_dir: str | None, default_name: str) -> Path:
     """The run directory a stage will use (``output_dir`` or ``runs/<default_name>``), not created yet."""
-    return Path(output_dir) if output_dir else RUNS_ROOT / default_name
+    return output_path(output_dir) if output_dir else RUNS_ROOT / default_name  # '~' expanded, bad names refused
 
 
 def _checkpoint_dirs(folder: Path) -> list[Path]:
