@@ -156,10 +156,9 @@ class Tool:
         ``max_result_chars`` clips the result (None: not clipped). See the module docstring."""
         kwargs = self.check_arguments(arguments)
         if timeout_s is None:
-            result = self._run(kwargs)
-        else:
-            result = self._run_with_timeout(kwargs, timeout_s)
-        text = result_text(result)
+            text = result_text(self._run(kwargs))
+        else:  # the conversion to text counts against the limit too (a result's __str__ is the tool's code)
+            text = self._run_with_timeout(kwargs, timeout_s)
         if max_result_chars is not None and len(text) > max_result_chars:
             text = (f"{text[:max_result_chars]}\n[result clipped: {len(text)} characters, the first "
                     f"{max_result_chars} shown]")
@@ -173,7 +172,7 @@ class Tool:
         except Exception as exc:  # noqa: BLE001 - any failure of a tool is an observation, not a crash
             raise ToolError(f"{self.name} failed: {type(exc).__name__}: {exc}") from None
 
-    def _run_with_timeout(self, kwargs: dict[str, Any], timeout_s: float) -> Any:
+    def _run_with_timeout(self, kwargs: dict[str, Any], timeout_s: float) -> str:
         with _abandoned_guard:
             if _abandoned.get(self._key, 0) >= MAX_ABANDONED_CALLS:
                 raise ToolError(f"{self.name} is unavailable: {MAX_ABANDONED_CALLS} earlier calls went past the "
@@ -184,7 +183,7 @@ class Tool:
 
         def call() -> None:
             try:
-                outcome["result"] = self._run(kwargs)
+                outcome["result"] = result_text(self._run(kwargs))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
                 outcome["error"] = exc
             finally:
