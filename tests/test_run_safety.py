@@ -19,6 +19,7 @@ import pytest
 from agentic_rl.cli import main
 from agentic_rl.config import config_from_dict
 from agentic_rl.errors import ConfigError, ModelLoadError
+from agentic_rl.locking import LOCK_FILE
 from agentic_rl.pipeline import PipelineConfig, QuickstartConfig, run_pipeline
 
 RUN_MARKER = ".agentic-rl-run"  # the file that makes a folder a run directory of this project
@@ -199,7 +200,7 @@ def test_overwrite_removes_every_output_an_earlier_grpo_run_wrote(tiny_model_dir
             (out / name).mkdir(parents=True)
             (out / name / "weights").write_text("from the earlier run")
     StageRun(out, _grpo_config(tiny_model_dir, out), stage="grpo").claim()
-    assert sorted(p.name for p in out.iterdir()) == [RUN_MARKER, "config.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([RUN_MARKER, LOCK_FILE, "config.yaml"])
 
 
 def test_a_misspelt_reward_leaves_a_finished_grpo_run_byte_identical(finished_grpo, tiny_model_dir):

@@ -694,10 +694,11 @@ def record_trainable_parameters(model, path: Path) -> int:
 
 
 def save_policy(model, tokenizer, path: Path) -> None:
-    """The trainable part: the adapter for LoRA, the whole model for full fine-tuning."""
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
+    """The trainable part: the adapter for LoRA, the whole model for full fine-tuning; whole or not at all (a full
+    disk is one line, and an earlier copy in ``path`` stays until the new one is complete)."""
+    from agentic_rl.models.loading import save_model_atomically
+
+    save_model_atomically(model, tokenizer, path)
 
 
 def load_weights(policy, path: Path) -> None:

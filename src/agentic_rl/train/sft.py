@@ -465,8 +465,9 @@ def save_outputs(trainer, tokenizer, out: Path, *, full: bool, merge: bool) -> d
     paths: dict[str, str | None] = {"adapter_dir": None, "model_dir": None}
     if isinstance(model, PeftModel) and not full:
         adapter_dir = out / "adapter"
-        model.save_pretrained(adapter_dir)
-        tokenizer.save_pretrained(adapter_dir)
+        from agentic_rl.models.loading import save_model_atomically
+
+        save_model_atomically(model, tokenizer, adapter_dir)  # whole or not at all (a full disk: one line)
         if getattr(model, "agentic_rl_base", None):
             from agentic_rl.models.fingerprint import write_base_fingerprint
 
