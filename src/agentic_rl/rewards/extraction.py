@@ -38,13 +38,14 @@ from __future__ import annotations
 import math
 import re
 import threading
+import unicodedata
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
 __all__ = [
     "completion_text", "extract_answer", "parse_number", "answers_match", "is_correct", "find_final_answers",
-    "FinalAnswers", "FINAL_ANSWER_RE",
+    "FinalAnswers", "FINAL_ANSWER_RE", "normalise_text",
 ]
 
 # Bounds that keep every function fast on adversarial input.
@@ -90,6 +91,44 @@ def completion_text(completion: Any) -> str:
             return "\n".join(str(m) for m in completion)
         return ""
     return str(completion)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Normalisation
+# ---------------------------------------------------------------------------------------------------------------
+
+# Characters that show nothing, or steer the display, and could hide a separator between two answers: control
+# characters (tab and line breaks kept), Unicode format characters (category Cf: zero-width spaces and joiners, bidi
+# controls, soft hyphen, BOM, tags), variation selectors and the blank fillers of some scripts.
+_INVISIBLE_RE = re.compile(
+    "[\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f"
+    "\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+    "\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f\U000e0100-\U000e01ef]"
+)
+_LINE_BREAK_RE = re.compile("\r\n?|[\x0b\x0c\x85\u2028\u2029]")
+_SUPERSCRIPT_RE = re.compile("[\u2070\u00b9\u00b2\u00b3\u2074-\u2079]+")
+_VULGAR_FRACTION_RE = re.compile("(?<=[0-9])([\u00bc-\u00be\u2150-\u215e])")
+_SUPERSCRIPT_DIGITS = str.maketrans("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079", "0123456789")
+
+
+def normalise_text(text: str) -> str:
+    """Text as the answer grammar reads it: invisible and control characters removed, every line break a ``\\n``,
+    Unicode NFKC (full-width and mathematical digits become ``0-9``, ``…`` becomes ``...``), a superscript a power
+    (``m²`` -> ``m^2``) and the fraction slash a ``/`` (``½`` -> ``1/2``).
+
+    >>> normalise_text("Final Answer: \\uff11\\uff18\\u200b or 19\\r\\n"), normalise_text("72 m\\u00b2")
+    ('Final Answer: 18 or 19\\n', '72 m^2')
+    """
+    text = _INVISIBLE_RE.sub("", text)
+    if not text.isascii():
+        text = _SUPERSCRIPT_RE.sub(lambda m: "^" + m.group().translate(_SUPERSCRIPT_DIGITS), text)
+        text = _VULGAR_FRACTION_RE.sub(r" \1", text)  # "2½" is the mixed number "2 1/2", not "21/2"
+        text = unicodedata.normalize("NFKC", text).replace("\u2044", "/").replace("\u2215", "/")
+        text = text.replace("\u2212", "-")
+        text = _INVISIBLE_RE.sub("", text)
+    return _LINE_BREAK_RE.sub("\n", text)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -205,7 +244,19 @@ def _last_number(text: str) -> tuple[Decimal | None, bool]:
     while first > 0 and (_joined(text, matches[first - 1], matches[first])
                          or _mixed_fraction(text, matches[first - 1], matches[first]) is not None):
         first -= 1
+    line_end = text.find("\n", last.end(), last.end() + MAX_SPAN_CHARS)
+    after = _UNIT_POWER_RE.sub(" ", text[last.end():line_end if line_end != -1 else last.end() + MAX_SPAN_CHARS])
+    if _DIGIT_RE.search(after) or _has_number_word(after):
+        return None, True  # a second answer after the last number: "18...19", "18 or nineteen"
+    lead = text[line_start if first == len(before) else line_start:matches[first].start()]
+    if _has_number_word(_TRAILING_JOIN_RE.sub("", lead)[-24:].rsplit(" ", 1)[-1]):
+        return None, True  # a number word joined to the answer before it: "eighteen or 19"
     return _read_candidates(text, matches[first:])
+
+
+# Joining words and marks at the end of the text before a number ("eighteen or ", "a dozen - ").
+_TRAILING_JOIN_RE = re.compile(r"(?:[\W_]|\b(?:or|and|to|maybe|perhaps|possibly|else|otherwise|vs|versus)\b)*$",
+                               re.IGNORECASE)
 
 
 def _is_unit_power(text: str, m: re.Match) -> bool:
@@ -226,6 +277,7 @@ _HEDGE_MARKS = frozenset(",;:|/\\~\u00b1\u2213-\u2013\u2014+*\u00d7\u00f7()[]&.!
 _FUNCTION_WORDS = frozenset("""in of for per on at with from is are was were each every after before the a an which
 that because since so than then when if but as by into out left more less fewer times over under""".split())
 _WORD_RE = re.compile(r"[^\W\d_]+")
+_ASIDE_RE = re.compile(r"\([^()\d]*\)|\[[^\[\]\d]*\]")
 MAX_GLUE_CHARS = 60  # longer text between two numbers is prose, not a connector
 
 
@@ -234,6 +286,7 @@ def _joins_candidates(glue: str) -> bool:
     ``±``, ``/``, spaces...), perhaps after the first number's unit (``12 apples or 13``)."""
     if len(glue) > MAX_GLUE_CHARS or "\n" in glue or "=" in glue:
         return False
+    glue = _ASIDE_RE.sub(" ", glue)  # "18 (if rounded down) 19": an aside without numbers joins like a space
     words = list(_WORD_RE.finditer(glue))
     if words and not glue[:words[0].start()].strip(" \t%$") and words[0].group().lower() not in _FUNCTION_WORDS:
         words = words[1:]  # the first number's unit
@@ -275,7 +328,7 @@ def _joined(text: str, a: re.Match, b: re.Match) -> bool:
     if not _joins_candidates(glue):
         return False
     opened = max(glue.rfind("("), glue.rfind("["))
-    if opened >= 0 and _explains(text, a.end() + opened):
+    if opened >= 0 and max(glue.rfind(")"), glue.rfind("]")) < opened and _explains(text, a.end() + opened):
         return False
     unit_a, unit_b = _unit(text, a), _unit(text, b)
     return unit_a is None or unit_b is None or unit_a == unit_b
@@ -326,6 +379,9 @@ def parse_number(s: Any) -> float | None:
         return float(s) if math.isfinite(s) else None
     text = str(s).strip()
     if not text or len(text) > 10_000:
+        return None
+    text = normalise_text(text).strip()
+    if not text:
         return None
     try:  # plain Python floats first: "1e3", "72.0"
         value = float(text)
@@ -431,6 +487,43 @@ def _line_after(text: str, start: int) -> tuple[int, int, str]:
     return nxt, stop, text[nxt:stop].strip()
 
 
+MAX_CONTINUATION_LINES = 3  # lines after an answer line read as part of it ("Final Answer: 18\nor 19")
+_CONTINUATION_START_RE = re.compile(r"[ \t*_>#]*(?:[-\u2013\u2014\u2022][ \t]+)?(?:([^\W\d_]+)|(\$?-?\$?\d)|[,;:|/\\~+&(\[{]|\.\.)")
+
+
+def _continues(line: str) -> bool:
+    """Whether a line right after an answer line goes on with that answer rather than starting working or prose: it
+    opens with a joining word or symbol (``or 19``, ``/ 19``, ``(or 19)``), a number word, or a short number
+    (``19``); a line with ``=`` or ``:`` is working (``Check: 72 - 24 = 48``)."""
+    m = _CONTINUATION_START_RE.match(line)
+    if m is None or "=" in line or ":" in line:
+        return False
+    word, number = m.group(1), m.group(2)
+    if word is not None:
+        return word.lower() in _HEDGE_WORDS or _has_number_word(word)
+    if number is not None:
+        return len(_ANY_WORD_RE.findall(line)) <= 3
+    return True
+
+
+def _with_continuation(text: str, stop: int, span: str) -> tuple[int, str]:
+    """The answer line's end and text, extended over the lines that continue it (see :func:`_continues`)."""
+    for _ in range(MAX_CONTINUATION_LINES):
+        if stop >= len(text) or text[stop] != "\n":
+            break
+        nxt = stop + 1
+        limit = min(len(text), nxt + MAX_SPAN_CHARS)
+        while nxt < limit and text[nxt] == "\n":
+            nxt += 1
+        end = text.find("\n", nxt, limit)
+        end = end if end != -1 else limit
+        line = text[nxt:end]
+        if not line.strip() or not _continues(line):
+            break
+        span, stop = f"{span} {line.strip()}", end
+    return stop, span
+
+
 def _unbox(text: str) -> str:
     """``text`` with each ``\\boxed{X}`` replaced by ``X``, so a box is read together with what stands around it."""
     boxes = _boxed_contents(text)
@@ -445,20 +538,128 @@ def _unbox(text: str) -> str:
     return "".join(out) + text[pos:]
 
 
+# Words that are numbers (a second answer written in words: "18 or nineteen", "a dozen", "18 and a half"). "second"
+# and "quarter" are left out: "18 seconds" and "18 quarters" name units.
+_NUMBER_WORDS = frozenset("""zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+fifteen sixteen seventeen eighteen nineteen twenty thirty forty fourty fifty sixty seventy eighty ninety hundred
+hundreds thousand thousands million millions billion billions trillion trillions dozen dozens score half halves twice
+thrice first third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth fifteenth
+sixteenth seventeenth eighteenth nineteenth twentieth thirtieth fortieth fiftieth sixtieth seventieth eightieth
+ninetieth hundredth thousandth millionth none""".split())
+# Roman numerals of two letters or more, in capitals ("XIX"; a lone "I", "V" or "L" is a word or a unit).
+_ROMAN_RE = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
+_ANY_WORD_RE = re.compile(r"[^\W\d_]+")
+
+
+def _has_number_word(text: str) -> bool:
+    """Whether ``text`` writes a number other than in ASCII digits: a number word, a Roman numeral, or a digit or
+    numeral of another script (``١٩``, ``十九``)."""
+    for word in _ANY_WORD_RE.findall(text):
+        if word.lower() in _NUMBER_WORDS or (len(word) > 1 and word.isupper() and _ROMAN_RE.fullmatch(word)):
+            return True
+        if not word.isascii() and any(ch.isnumeric() for ch in word):
+            return True
+    return not text.isascii() and any(ch.isnumeric() and not ch.isascii() for ch in text)
+
+
+# The "=" that separates working from the answer; not part of "=>", "<=", ">=", "!=" ("18 => 19" is an arrow).
+_EQUALS_RE = re.compile(r"(?<![<>!=])=(?![>=])|==")
+_UNIT_POWER_RE = re.compile(r"(?<=[^\W\d_])\^(?:\{\d{1,3}\}|\d{1,3})")
+# Text between numbers that may form arithmetic with them ("48 + 24", "(6 x 7)"): everything else separates.
+_NOT_ARITHMETIC_RE = re.compile(r"[^\d.,+\-*/()\[\]{}^$%x\u00d7\u00f7 \t]+")
+_WORKING_WORD_RE = re.compile(r"(?<![\d)\]}\s])x|x(?![\s\d(\[{.$])|[^\W\d_x]+")
+
+
+def _last_equals(text: str) -> int:
+    position = -1
+    for m in _EQUALS_RE.finditer(text):
+        position = m.end()
+    return position
+
+
+def _rounds_to(value: float, answer: Decimal) -> bool:
+    """Whether ``value`` is ``answer`` or rounds to it at the answer's decimals (``2/3`` -> ``0.67``)."""
+    target = float(answer)
+    if math.isclose(value, target, rel_tol=1e-9, abs_tol=1e-9):
+        return True
+    decimals = max(0, -answer.as_tuple().exponent) if isinstance(answer.as_tuple().exponent, int) else 0
+    return 0 < decimals <= 12 and round(value, decimals) == round(target, decimals)
+
+
+def _tail_is_working(tail: str, answer: Decimal) -> bool:
+    """Whether the text after the answer holds no second answer: each group of numbers in it is arithmetic with the
+    answer's value (``(48 + 24)``, ``which is 6 x 7``) or the answer repeated (``(72 clips)``); a unit's power
+    (``m^2``) is not a number."""
+    from agentic_rl.rewards.calculator import CalculatorError, safe_eval
+
+    tail = _UNIT_POWER_RE.sub(" ", tail)
+    if not _DIGIT_RE.search(tail):
+        return True
+    tail = _WORKING_WORD_RE.sub(" ", tail)  # words (units, prose) separate nothing: "48 clips + 24 clips"
+    for group in _NOT_ARITHMETIC_RE.split(tail):
+        group = group.strip(" \t.,")
+        if not _DIGIT_RE.search(group):
+            continue
+        expression = group.replace("[", "(").replace("]", ")").replace("{", "(").replace("}", ")")
+        try:
+            if _rounds_to(float(safe_eval(expression)), answer):
+                continue
+        except (CalculatorError, ArithmeticError, ValueError, TypeError):
+            pass
+        values = [_token_value(m) for m in NUMBER_RE.finditer(expression)]
+        if not values or len(values) != len(_DIGIT_RUN_RE.findall(expression)):
+            return False  # digits that are not a number this grammar reads ("...19")
+        if not all(v is not None and _same(v, answer) for v in values):
+            return False
+    return True
+
+
+_DIGIT_RUN_RE = re.compile(r"\d+(?:[.,]\d+)*|\.\d+", re.ASCII)
+
+
 def _span_value(span: str) -> tuple[Decimal | None, bool]:
-    """(value, hedged) of a final answer's text: its first number after the last ``=``, when no other candidate is
-    offered beside it."""
+    """(value, hedged) of a final answer's text, read by the answer grammar: the working up to the last ``=``, then
+    exactly one number (a mixed number, a fraction, ``\\boxed{}`` around it, its unit, its currency), then nothing
+    that could be a second answer (see the module docstring)."""
     cleaned = _unbox(_clean(span))
-    if "=" in cleaned:
-        cleaned = cleaned.rsplit("=", 1)[1]
+    equals = _last_equals(cleaned)
+    working = ""
+    if equals >= 0:
+        working, cleaned = cleaned[:equals], cleaned[equals:]
+    if _has_number_word(cleaned):
+        return None, True
     matches = [m for m in NUMBER_RE.finditer(cleaned) if not _is_unit_power(cleaned, m)]
     if not matches:
-        return None, False
+        return None, bool(_DIGIT_RE.search(_UNIT_POWER_RE.sub(" ", cleaned)))
     first = matches[0]
     # "\frac{\sqrt{2}}{2}", "10^6", "2\pi": a symbolic answer, not the number it starts with
     if _SYMBOLIC_RE.search(cleaned, 0, first.start()) or _SYMBOLIC_AFTER_RE.match(cleaned, first.end()):
         return None, False
-    return _read_candidates(cleaned, matches)
+    if _DIGIT_RE.search(cleaned, 0, first.start()):
+        return None, True  # digits before the first number ("19...18"): not a number the grammar reads
+    value, end = _token_value(first), first.end()
+    if value is None:
+        return None, False
+    if len(matches) > 1:
+        mixed = _mixed_fraction(cleaned, first, matches[1])
+        if mixed is not None:
+            value, end = mixed, matches[1].end()
+    if not _tail_is_working(cleaned[end:], value):
+        return None, True
+    if working and not _equals_step_is_working(working, value):
+        return None, True
+    return value, False
+
+
+def _equals_step_is_working(working: str, answer: Decimal) -> bool:
+    """Whether the text before the answer's ``=`` is working, not a bare other number (``18 = 19`` offers two)."""
+    step = _EQUALS_RE.split(working.rstrip("=<>! \t"))[-1]
+    step = _WORKING_WORD_RE.sub(" ", _UNIT_POWER_RE.sub(" ", step)).strip(" \t.,:$%")
+    bare = NUMBER_RE.fullmatch(step)
+    if bare is None:
+        return True
+    value = _token_value(bare)
+    return value is None or _rounds_to(float(value), answer)
 
 
 _BRACE_RE = re.compile(r"[{}]")
@@ -486,6 +687,11 @@ def _strip_thinking(text: str) -> str:
 
 def find_final_answers(text: str) -> FinalAnswers:
     """Every final-answer marker of ``text`` (``Final Answer:``, ``####``, ``\\boxed{}``) with its span and value."""
+    return _find_final_answers(normalise_text(text))
+
+
+def _find_final_answers(text: str) -> FinalAnswers:
+    """:func:`find_final_answers` of a text already normalised."""
     text = _strip_thinking(text)
     found: list[tuple[int, str]] = []
     covered: list[tuple[int, int]] = []  # a \boxed{} inside a "Final Answer:" line is the same answer, not a second
@@ -496,6 +702,7 @@ def find_final_answers(text: str) -> FinalAnswers:
             start, stop, span = _line_after(text, m.end())
             if regex is _HASH_RE and not _HASH_SPAN_RE.match(_clean(span)):
                 continue  # "#### 1. Understand the problem" is a markdown heading, not GSM8K's "#### 72"
+            stop, span = _with_continuation(text, stop, span)
             found.append((m.start(), span))
             covered.append((start, stop))
     for pos, content in _boxed_contents(text):
@@ -515,8 +722,8 @@ def find_final_answers(text: str) -> FinalAnswers:
 
 
 def _extract(text: str, mode: str) -> tuple[Decimal | None, FinalAnswers, bool]:
-    """(answer, the markers found, whether the answer offered several candidates)."""
-    finals = find_final_answers(text)
+    """(answer, the markers found, whether the answer offered several candidates) of a normalised text."""
+    finals = _find_final_answers(text)
     if finals.spans or mode == "strict":
         return finals.value, finals, any(finals.hedged)
     value, hedged = _last_number(_clean(_strip_thinking(text)))
@@ -539,7 +746,7 @@ def extract_answer(text: Any, mode: str = "strict") -> str | None:
     """
     if mode not in ("strict", "lenient"):
         raise ValueError(f"mode must be 'strict' or 'lenient', got {mode!r}")
-    value, _, _ = _extract(completion_text(text), mode)
+    value, _, _ = _extract(normalise_text(completion_text(text)), mode)
     return None if value is None else _normalise(value)
 
 
@@ -559,7 +766,7 @@ def is_correct(completion: Any, ground_truth: Any, mode: str = "strict", use_mat
     """
     if mode not in ("strict", "lenient"):
         raise ValueError(f"mode must be 'strict' or 'lenient', got {mode!r}")
-    text = completion_text(completion)
+    text = normalise_text(completion_text(completion))
     value, finals, hedged = _extract(text, mode)
     if finals.conflict or hedged or ground_truth is None:
         return False
