@@ -1,30 +1,52 @@
 """Answer extraction and the one parse-and-compare function shared by training rewards and evaluation.
 
-A completion ends with ``Final Answer: N`` (see :mod:`agentic_rl.data.formats`). :func:`extract_answer` reads it:
+A completion ends with ``Final Answer: N`` (see :mod:`agentic_rl.data.formats`). :func:`extract_answer` reads it
+with a grammar of the answer line: exactly one number is an answer, and anything that could be a second answer makes
+the line none. The grammar accepts what it describes rather than rejecting a list of known hedges.
 
-* **strict** mode reads only explicit final-answer markers: ``Final Answer: N`` (also ``final answer is N``,
-  any case, markdown bold allowed), GSM8K's ``#### N`` and LaTeX ``\\boxed{N}``;
-* **lenient** mode does the same and, when there is no marker at all, falls back to the last number in the text.
+**Normalisation.** The text is read after :func:`normalise_text`: control and invisible characters (zero-width
+spaces and joiners, bidi controls, soft hyphens, variation selectors) removed, every line break a ``\\n``, Unicode
+NFKC (full-width ``１８`` and mathematical digits become ``18``, ``…`` becomes ``...``), superscripts a power
+(``m²`` -> ``m^2``), vulgar fractions and the fraction slash a ``/`` (``2½`` -> ``2 1/2``), ``−`` a ``-``. Text
+inside a closed ``<think>...</think>`` block is ignored.
 
-On a marker line the answer is the first number after the marker, or after the last ``=`` on that line when there is
-one (``Final Answer: 48 + 24 = 72`` -> ``72``: what stands before it is the working, not read for candidates); a marker
-with nothing after it on its line reads the next line. ``\\boxed{...}`` on the line is read as its content.
-Numbers may carry thousands commas, ``$``, ``%``, units (``18 dollars``), decimals (``.5``), a sign, a simple
-fraction (``3/4``) or LaTeX (``\\frac{3}{4}``, ``1{,}234``, ``\\text{...}``). Answers are returned normalised
-(``"1234.5"``, ``"0.75"``, ``"-5"``, ``"72"`` for ``72.0``).
+**Answer lines.** A marker opens one: ``Final Answer:`` (also ``final answer is``, ``final answer =``, any case,
+markdown bold allowed), GSM8K's ``#### N`` (a number must follow; ``#### 1. Understand it`` is a heading) and LaTeX
+``\\boxed{...}`` (its content; a box on a marker line is that line's answer, not a second one). The line is the rest
+of the marker's line, or the next non-blank line when that is empty, and goes on over the lines right after it that
+continue it: a line opening with a joining word or symbol (``or 19``, ``/ 19``, ``(or 19)``), a number or a number
+word, or a few words holding one (``a dozen``); a line with ``=`` or ``:`` is working or a check and ends it.
 
-**Anti-gaming rules.** If the markers of one completion state two different answers, the completion has no answer
-(``None``) in both modes: a policy cannot hedge by writing several finals. Nor by offering several candidates in one
-answer: when the answer number is joined to a different number by nothing but connectors — alternatives (``12 or
-13``, ``12 / 13``), lists (``12, 13``, ``12 apples, 13 apples``), ranges (``12-13``, ``12 to 13``, ``between 12 and
-13``), ``±``, a bare sequence (``12 13``), an expression left unevaluated (``12 + 1``), also after the last ``=``
-(``5+7 = 12, 13``) — the answer is hedged and scores nothing in either mode (math-verify included); the lenient
-fallback applies the same rule to the numbers before the last one on its line (``it is 12 or 13``). Numbers joined
-by words (``72 clips in 2 months``, ``72, which is 48 + 24``), different quantities (``72 apples, 3 boxes``), a
-mixed number (``2 1/2``), a unit's power (``72 m^2``) and a repeat of the same value (``72 (72 clips)``) are not
-hedges. A final answer followed by more text or numbers on later lines keeps the marked answer (the trailing numbers
-never replace it). Text inside a closed ``<think>...</think>`` block is ignored. All patterns are linear-time (no
-nested quantifiers that can backtrack), and scanning is bounded, so a 1 MB completion is read in milliseconds.
+**The grammar of an answer line**, after LaTeX is undone (``\\frac{3}{4}`` -> ``3/4``, ``1{,}234``, ``\\text{...}``,
+``\\pm``) and boxes unwrapped:
+
+* *working* — everything up to the last ``=`` (not ``=>``, ``<=``, ``>=``, ``!=``) is working and not read for the
+  answer (``Final Answer: 48 + 24 = 72`` -> ``72``), unless the step just before that ``=`` is a bare other number
+  (``18 = 19``);
+* *the answer* — exactly one number: a sign, ``$``, thousands commas, decimals (``.5``), a fraction without spaces
+  (``3/4``), a mixed number (``2 1/2``), a percent sign, with any words around it (a unit or currency word, ``about``,
+  markdown ``**``, a trailing ``.``/``!``); a symbolic answer (``\\frac{\\sqrt{2}}{2}``, ``10^6``) is not the number it
+  starts with. Answers are returned normalised (``"1234.5"``, ``"0.75"``, ``"-5"``, ``"72"`` for ``72.0``);
+* *nothing that could be a second answer* — after the answer, each group of numbers (words and units aside) must be
+  arithmetic worth the answer (``72 (48 + 24)``, ``42 [6*7]``, ``72, which is 48 + 24``, ``0.67 (2/3)``) or the answer
+  repeated (``72 (72 clips)``); a unit's power (``72 m^2``) is not a number. Any other number — whatever joins it: a
+  word (``or``, ``in``, ``which could also be``), a symbol (``-``, ``...``, ``~``, ``/`` with spaces, ``|``, ``±``,
+  ``\\\\``, ``=>``), a bracket (``18 (if rounded down) 19 (otherwise)``) or a line break — makes the line
+  hedged, and so does a number written otherwise anywhere on it: a number word (``nineteen``, ``a dozen``, ``half``,
+  ordinals but ``second``), a Roman numeral in capitals (``XIX``) or a digit of another script (``١٩``, ``十九``).
+
+A hedged answer line, or two answer lines that state different answers, leave the completion without an answer
+(``None``) in both modes, and no reading of it can be correct (math-verify included); the same answer stated twice is
+one answer. A final answer followed by more text on later lines that do not continue it keeps the marked answer.
+
+**Modes.** *strict* reads answer lines only. *lenient* reads them the same way, and only when a completion has no
+answer line at all falls back to its last number (not a unit's power): hedged when the numbers before it on its line
+are joined to it as candidates (``it is 12 or 13``, ``12-13``, ``12 (if rounded down) 13``), when its line goes on
+with another number or a number word (``18...19``, ``18 or nineteen``), or when a number word is joined to it
+(``eighteen or 19``).
+
+All patterns are linear-time (no nested quantifiers that can backtrack) and scanning is bounded, so a 1 MB
+completion is read in milliseconds.
 
 :func:`is_correct` is THE comparison used by :class:`~agentic_rl.rewards.AccuracyReward` and by the evaluator, so the
 reward a model is trained on and the accuracy we report cannot drift apart. With ``use_math_verify=True`` a
@@ -53,6 +75,7 @@ MAX_NUMBER_DIGITS = 64        # longer digit runs are not numbers an answer coul
 MAX_MARKERS = 64              # final-answer markers read per completion (more are ignored)
 MAX_SPAN_CHARS = 300          # characters read after a marker
 MAX_BOXED_CHARS = 500         # characters scanned for the closing brace of \boxed{...}
+MAX_WORKING_GROUPS = 16       # groups of numbers after an answer read as its working (more: not one answer)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Completion text
@@ -107,6 +130,8 @@ _INVISIBLE_RE = re.compile(
     "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
     "\U000e0020-\U000e007f\U000e0100-\U000e01ef]"
 )
+_ASCII_CONTROLS = {**{code: None for code in [*range(0x00, 0x09), *range(0x0e, 0x20), 0x7f]},
+                   0x0b: "\n", 0x0c: "\n", 0x0d: "\n"}
 _LINE_BREAK_RE = re.compile("\r\n?|[\x0b\x0c\x85\u2028\u2029]")
 _SUPERSCRIPT_RE = re.compile("[\u2070\u00b9\u00b2\u00b3\u2074-\u2079]+")
 _VULGAR_FRACTION_RE = re.compile("(?<=[0-9])([\u00bc-\u00be\u2150-\u215e])")
@@ -121,6 +146,10 @@ def normalise_text(text: str) -> str:
     >>> normalise_text("Final Answer: \\uff11\\uff18\\u200b or 19\\r\\n"), normalise_text("72 m\\u00b2")
     ('Final Answer: 18 or 19\\n', '72 m^2')
     """
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    if text.isascii():  # the common case, by translate: a 1 MB completion in about a millisecond
+        return text.translate(_ASCII_CONTROLS)
     text = _INVISIBLE_RE.sub("", text)
     if not text.isascii():
         text = _SUPERSCRIPT_RE.sub(lambda m: "^" + m.group().translate(_SUPERSCRIPT_DIGITS), text)
@@ -248,7 +277,7 @@ def _last_number(text: str) -> tuple[Decimal | None, bool]:
     after = _UNIT_POWER_RE.sub(" ", text[last.end():line_end if line_end != -1 else last.end() + MAX_SPAN_CHARS])
     if _DIGIT_RE.search(after) or _has_number_word(after):
         return None, True  # a second answer after the last number: "18...19", "18 or nineteen"
-    lead = text[line_start if first == len(before) else line_start:matches[first].start()]
+    lead = text[line_start:matches[first].start()]
     if _has_number_word(_TRAILING_JOIN_RE.sub("", lead)[-24:].rsplit(" ", 1)[-1]):
         return None, True  # a number word joined to the answer before it: "eighteen or 19"
     return _read_candidates(text, matches[first:])
@@ -271,8 +300,6 @@ def _is_unit_power(text: str, m: re.Match) -> bool:
 # "12 plus or minus 1", "about 12 or maybe 13".
 _HEDGE_WORDS = frozenset("""or and to through thru between either maybe perhaps possibly probably about approximately
 approx around roughly nearly almost else otherwise alternatively plus minus vs versus""".split())
-# Marks that join numbers into a list, range, alternative, sequence or unevaluated expression.
-_HEDGE_MARKS = frozenset(",;:|/\\~\u00b1\u2213-\u2013\u2014+*\u00d7\u00f7()[]&.!?'\"")
 # Words that may follow a number and then go on to explain it rather than name its unit ("72 in 2 months").
 _FUNCTION_WORDS = frozenset("""in of for per on at with from is are was were each every after before the a an which
 that because since so than then when if but as by into out left more less fewer times over under""".split())
@@ -282,8 +309,9 @@ MAX_GLUE_CHARS = 60  # longer text between two numbers is prose, not a connector
 
 
 def _joins_candidates(glue: str) -> bool:
-    """Whether the text between two numbers joins them as candidates: only connectors (``or``, ``,``, ``-``, ``to``,
-    ``±``, ``/``, spaces...), perhaps after the first number's unit (``12 apples or 13``)."""
+    """Whether the text between two numbers joins them as candidates: only joining words (``or``, ``to``...) and
+    symbols (any but ``=``: ``,``, ``-``, ``±``, ``/``, ``≈``...), perhaps after the first number's unit (``12 apples
+    or 13``)."""
     if len(glue) > MAX_GLUE_CHARS or "\n" in glue or "=" in glue:
         return False
     glue = _ASIDE_RE.sub(" ", glue)  # "18 (if rounded down) 19": an aside without numbers joins like a space
@@ -292,7 +320,7 @@ def _joins_candidates(glue: str) -> bool:
         words = words[1:]  # the first number's unit
     if any(w.group().lower() not in _HEDGE_WORDS for w in words):
         return False
-    return all(ch.isspace() or ch in _HEDGE_MARKS for ch in _WORD_RE.sub("", glue))
+    return not any(ch.isalnum() for ch in _WORD_RE.sub("", glue))
 
 
 _UNIT_RE = re.compile(r"[ \t]*%?[ \t]*([^\W\d_]+)")
@@ -428,11 +456,11 @@ def _plain(text: str) -> str:
 
 # "Final Answer: 72", "**Final Answer:** 72", "final answer is 72", "Final answer = 72".
 FINAL_ANSWER_RE = re.compile(r"final[ \t]*answer[ \t*_]*(?:is\b(?!['\u2019])|[:=\uff1a])[ \t*_]*", re.IGNORECASE)
-# GSM8K's "#### 72" (only when a number-like token follows, so markdown headings "#### Step 1" are not answers).
-_HASH_RE = re.compile(r"####[ \t]*(?=[-$\\.\d])")
-# ... and only when the line is that number, perhaps with a short lowercase unit: "#### 72", "#### $1,234 dollars".
-_HASH_SPAN_RE = re.compile(r"-?\$?-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:/\d+)?(?:[ \t]*%)?(?:[ \t]+[a-z]{1,12}){0,2}"
-                           r"[ \t]*[.!]?$", re.ASCII)
+# GSM8K's "#### 72", when a number follows, so markdown headings ("#### Step 1", "#### Three cases") are not answers
+_HASH_RE = re.compile(r"####[ \t]*(?=\S)")
+_NUMBER_START_RE = re.compile(r"[*_ \t]*[-$\\.\d]")
+# ... and not a numbered markdown heading: "#### 1. Understand the problem", "#### 2 Compute the total".
+_HASH_HEADING_RE = re.compile(r"\d{1,2}(?:[.):][ \t]*|[ \t]+)[A-Z][a-z]", re.ASCII)
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)[ \t]*\{")
 
 
@@ -488,22 +516,21 @@ def _line_after(text: str, start: int) -> tuple[int, int, str]:
 
 
 MAX_CONTINUATION_LINES = 3  # lines after an answer line read as part of it ("Final Answer: 18\nor 19")
-_CONTINUATION_START_RE = re.compile(r"[ \t*_>#]*(?:[-\u2013\u2014\u2022][ \t]+)?(?:([^\W\d_]+)|(\$?-?\$?\d)|[,;:|/\\~+&(\[{]|\.\.)")
+_CONTINUATION_START_RE = re.compile(r"[ \t*_>#]*(?:[-\u2013\u2014\u2022][ \t]+)?"  # markup, a bullet
+                                    r"(?:([^\W\d_]+)|(\$?-?\$?\d)|[,;:|/\\~+&(\[{]|\.\.)")
 
 
 def _continues(line: str) -> bool:
     """Whether a line right after an answer line goes on with that answer rather than starting working or prose: it
-    opens with a joining word or symbol (``or 19``, ``/ 19``, ``(or 19)``), a number word, or a short number
-    (``19``); a line with ``=`` or ``:`` is working (``Check: 72 - 24 = 48``)."""
-    m = _CONTINUATION_START_RE.match(line)
-    if m is None or "=" in line or ":" in line:
+    opens with a joining word or symbol (``or 19``, ``/ 19``, ``(or 19)``), a number or a number word (``19``,
+    ``nineteen``), or is a few words holding one (``a dozen``); a line with ``=`` or ``:`` is working (``Check: 72 - 24
+    = 48``)."""
+    if "=" in line or ":" in line:
         return False
-    word, number = m.group(1), m.group(2)
-    if word is not None:
-        return word.lower() in _HEDGE_WORDS or _has_number_word(word)
-    if number is not None:
-        return len(_ANY_WORD_RE.findall(line)) <= 3
-    return True
+    m = _CONTINUATION_START_RE.match(line)
+    if m is not None and (m.group(1) is None or m.group(1).lower() in _HEDGE_WORDS or _has_number_word(m.group(1))):
+        return True
+    return len(_ANY_WORD_RE.findall(line)) <= 3 and (bool(_DIGIT_RE.search(line)) or _has_number_word(line))
 
 
 def _with_continuation(text: str, stop: int, span: str) -> tuple[int, str]:
@@ -596,9 +623,15 @@ def _tail_is_working(tail: str, answer: Decimal) -> bool:
     if not _DIGIT_RE.search(tail):
         return True
     tail = _WORKING_WORD_RE.sub(" ", tail)  # words (units, prose) separate nothing: "48 clips + 24 clips"
-    for group in _NOT_ARITHMETIC_RE.split(tail):
-        group = group.strip(" \t.,")
-        if not _DIGIT_RE.search(group):
+    groups = [g for g in (g.strip(" \t.,") for g in _NOT_ARITHMETIC_RE.split(tail)) if _DIGIT_RE.search(g)]
+    if len(groups) > MAX_WORKING_GROUPS:
+        return False
+    for group in groups:
+        single = NUMBER_RE.fullmatch(group)
+        if single is not None:  # one number: the answer repeated, or a second answer
+            value = _token_value(single)
+            if value is None or not _same(value, answer):
+                return False
             continue
         expression = group.replace("[", "(").replace("]", ")").replace("{", "(").replace("}", ")")
         try:
@@ -654,7 +687,10 @@ def _span_value(span: str) -> tuple[Decimal | None, bool]:
 def _equals_step_is_working(working: str, answer: Decimal) -> bool:
     """Whether the text before the answer's ``=`` is working, not a bare other number (``18 = 19`` offers two)."""
     step = _EQUALS_RE.split(working.rstrip("=<>! \t"))[-1]
-    step = _WORKING_WORD_RE.sub(" ", _UNIT_POWER_RE.sub(" ", step)).strip(" \t.,:$%")
+    words = _ANY_WORD_RE.findall(step)
+    if not _DIGIT_RE.search(step) and _has_number_word(step) and all(_has_number_word(w) for w in words):
+        return False  # "nineteen = 18"
+    step = _WORKING_WORD_RE.sub(" ", _UNIT_POWER_RE.sub(" ", step)).strip(" \t.,:$%*_()[]{}'\"")
     bare = NUMBER_RE.fullmatch(step)
     if bare is None:
         return True
@@ -700,7 +736,7 @@ def _find_final_answers(text: str) -> FinalAnswers:
             if n >= MAX_MARKERS:
                 break
             start, stop, span = _line_after(text, m.end())
-            if regex is _HASH_RE and not _HASH_SPAN_RE.match(_clean(span)):
+            if regex is _HASH_RE and (_HASH_HEADING_RE.match(span) or not _NUMBER_START_RE.match(span)):
                 continue  # "#### 1. Understand the problem" is a markdown heading, not GSM8K's "#### 72"
             stop, span = _with_continuation(text, stop, span)
             found.append((m.start(), span))
