@@ -154,6 +154,8 @@ GRAMMAR = [
     ("Final Answer: 6 * 3 = 18", "18"), ("Final Answer: 2/3 = 0.67", "0.67"), ("Final Answer: x = 18", "18"),
     ("Final Answer: 18 (6 x 3)", "18"), ("Final Answer: 18 (if rounded down)", "18"),
     ("Final Answer: 18, which is 12 + 6", "18"), ("Final Answer: 18 (18 apples)", "18"),
+    ("Final Answer: 18 (= 6 \u00d7 3)", "18"), ("Final Answer: 18 (12 + 6 = 18)", "18"),
+    ("Final Answer: (6 x 3) = 18", "18"), ("Final Answer: 18 (= 19)", None), ("Final Answer: 18 (6 x 3 = 19)", None),
     ("Final Answer: 18\nCheck: 6 * 3 = 18", "18"), ("Final Answer: 18\n\nExplanation: we added them.", "18"),
     ("Final Answer: 18\n- Check: it works", "18"), ("Final Answer: 18\n6 * 3 = 18", "18"),
     # a second answer in words, Roman numerals or another script
@@ -189,6 +191,11 @@ GRAMMAR = [
     ("Final Answer: 18\n19", None), ("Final Answer: 18\nor 19", None), ("Final Answer: 18\n\nor nineteen", None),
     ("Final Answer: 18\n(or 19)", None), ("Final Answer: 18\n\u221219", None), ("Final Answer: 18\n\\boxed{19}", None),
     ("Final Answer: 18\r19", None), ("Final Answer:\n18\nor 19", None),
+    ("The answer is \\boxed{18} or 19", None), ("Final Answer: 18\nIt might also be 19.", None),
+    ("Final Answer: 18\nNote: could be 19", None), ("Final Answer: 18 or n\u0456neteen", None),  # Cyrillic i
+    ("Final Answer: 18 or n i n e t e e n", None), ("Final Answer: 18 or \u2169\u2168", None),  # Roman numerals
+    ("we get \\boxed{18} apples, which is 6 x 3", "18"), ("\\boxed{18}, \\boxed{18}", "18"),
+    ("Final Answer: 18\n\nExplanation:\n1. In April: 12 clips", "18"), ("Final Answer: 18\n\nI hope this helps!", "18"),
 ]
 
 

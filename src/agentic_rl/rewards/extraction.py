@@ -12,17 +12,18 @@ inside a closed ``<think>...</think>`` block is ignored.
 
 **Answer lines.** A marker opens one: ``Final Answer:`` (also ``final answer is``, ``final answer =``, any case,
 markdown bold allowed), GSM8K's ``#### N`` (a number must follow; ``#### 1. Understand it`` is a heading) and LaTeX
-``\\boxed{...}`` (its content; a box on a marker line is that line's answer, not a second one). The line is the rest
-of the marker's line, or the next non-blank line when that is empty, and goes on over the lines right after it that
-continue it: a line opening with a joining word or symbol (``or 19``, ``/ 19``, ``(or 19)``), a number or a number
-word, or a few words holding one (``a dozen``); a line with ``=`` or ``:`` is working or a check and ends it.
+``\\boxed{...}`` (read with the rest of its line; a box on a marker line is that line's answer, not a second one). The
+line is the rest of the marker's line, or the next non-blank line when that is empty, and goes on over the lines right
+after it that continue it: a line opening with a joining word or symbol (``or 19``, ``/ 19``, ``(or 19)``), a number
+or a number word, or a short sentence holding one (``It might also be 19.``); a line with ``=`` is working or a check
+and ends it, as does a line of prose or a longer one (``Explanation:``).
 
 **The grammar of an answer line**, after LaTeX is undone (``\\frac{3}{4}`` -> ``3/4``, ``1{,}234``, ``\\text{...}``,
 ``\\pm``) and boxes unwrapped:
 
-* *working* — everything up to the last ``=`` (not ``=>``, ``<=``, ``>=``, ``!=``) is working and not read for the
-  answer (``Final Answer: 48 + 24 = 72`` -> ``72``), unless the step just before that ``=`` is a bare other number
-  (``18 = 19``);
+* *working* — everything up to the last ``=`` outside brackets (not ``=>``, ``<=``, ``>=``, ``!=``) is working and
+  not read for the answer (``Final Answer: 48 + 24 = 72`` -> ``72``), unless the step just before that ``=`` is a
+  bare other number (``18 = 19``);
 * *the answer* — exactly one number: a sign, ``$``, thousands commas, decimals (``.5``), a fraction without spaces
   (``3/4``), a mixed number (``2 1/2``), a percent sign, with any words around it (a unit or currency word, ``about``,
   markdown ``**``, a trailing ``.``/``!``); a symbolic answer (``\\frac{\\sqrt{2}}{2}``, ``10^6``) is not the number it
@@ -32,8 +33,9 @@ word, or a few words holding one (``a dozen``); a line with ``=`` or ``:`` is wo
   repeated (``72 (72 clips)``); a unit's power (``72 m^2``) is not a number. Any other number — whatever joins it: a
   word (``or``, ``in``, ``which could also be``), a symbol (``-``, ``...``, ``~``, ``/`` with spaces, ``|``, ``±``,
   ``\\\\``, ``=>``), a bracket (``18 (if rounded down) 19 (otherwise)``) or a line break — makes the line
-  hedged, and so does a number written otherwise anywhere on it: a number word (``nineteen``, ``a dozen``, ``half``,
-  ordinals but ``second``), a Roman numeral in capitals (``XIX``) or a digit of another script (``١٩``, ``十九``).
+  hedged, and so does a number written otherwise anywhere on it: a number word in English (``nineteen``, ``a dozen``,
+  ``half``, ordinals but ``second``; also in look-alike Cyrillic or Greek letters, or spaced out), a Roman numeral
+  in capitals (``XIX``) or a digit of another script (``١٩``, ``十九``).
 
 A hedged answer line, or two answer lines that state different answers, leave the completion without an answer
 (``None``) in both modes, and no reading of it can be correct (math-verify included); the same answer stated twice is
@@ -516,6 +518,7 @@ def _line_after(text: str, start: int) -> tuple[int, int, str]:
 
 
 MAX_CONTINUATION_LINES = 3  # lines after an answer line read as part of it ("Final Answer: 18\nor 19")
+MAX_CONTINUATION_WORDS = 6  # a line after an answer line that holds a number in at most this many words continues it
 _CONTINUATION_START_RE = re.compile(r"[ \t*_>#]*(?:[-\u2013\u2014\u2022][ \t]+)?"  # markup, a bullet
                                     r"(?:([^\W\d_]+)|(\$?-?\$?\d)|[,;:|/\\~+&(\[{]|\.\.)")
 
@@ -523,14 +526,15 @@ _CONTINUATION_START_RE = re.compile(r"[ \t*_>#]*(?:[-\u2013\u2014\u2022][ \t]+)?
 def _continues(line: str) -> bool:
     """Whether a line right after an answer line goes on with that answer rather than starting working or prose: it
     opens with a joining word or symbol (``or 19``, ``/ 19``, ``(or 19)``), a number or a number word (``19``,
-    ``nineteen``), or is a few words holding one (``a dozen``); a line with ``=`` or ``:`` is working (``Check: 72 - 24
-    = 48``)."""
-    if "=" in line or ":" in line:
+    ``nineteen``), or is a short sentence holding one (``It might also be 19.``, ``Note: a dozen``); a line with
+    ``=`` is working (``Check: 72 - 24 = 48``)."""
+    if "=" in line:
         return False
     m = _CONTINUATION_START_RE.match(line)
     if m is not None and (m.group(1) is None or m.group(1).lower() in _HEDGE_WORDS or _has_number_word(m.group(1))):
         return True
-    return len(_ANY_WORD_RE.findall(line)) <= 3 and (bool(_DIGIT_RE.search(line)) or _has_number_word(line))
+    return (len(_ANY_WORD_RE.findall(line)) <= MAX_CONTINUATION_WORDS
+            and (bool(_DIGIT_RE.search(line)) or _has_number_word(line)))
 
 
 def _with_continuation(text: str, stop: int, span: str) -> tuple[int, str]:
@@ -578,14 +582,31 @@ _ROMAN_RE = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{
 _ANY_WORD_RE = re.compile(r"[^\W\d_]+")
 
 
+# Cyrillic and Greek letters that look like Latin ones, read as those in number words ("nіneteen" with a Cyrillic і).
+_LOOKALIKES = str.maketrans(
+    "\u0430\u0435\u0451\u0456\u0457\u0458\u043a\u043e\u0440\u0441\u0443\u0445\u0455\u0501\u04bb\u0261"
+    "\u03bd\u03bf\u03b9\u03b1\u03b5\u03ba\u03c1\u03c5\u03c7\u03b7\u0442\u043d\u043c\u0432",
+    "aeeiijkopcyxsdhgvoiaekpuxntnmb")
+# Single letters spaced out ("n i n e t e e n", "o-n-e"), read as one word.
+_SPACED_LETTERS_RE = re.compile(r"(?<![^\W\d_])(?:[^\W\d_][ \t.\-_*]{1,3}){2,}[^\W\d_](?![^\W\d_])")
+_SPACING_RE = re.compile(r"[ \t.\-_*]")
+
+
+def _is_number_word(word: str) -> bool:
+    if word.lower() in _NUMBER_WORDS or (len(word) > 1 and word.isupper() and _ROMAN_RE.fullmatch(word)):
+        return True
+    if word.isascii():
+        return False
+    return any(ch.isnumeric() for ch in word) or word.lower().translate(_LOOKALIKES) in _NUMBER_WORDS
+
+
 def _has_number_word(text: str) -> bool:
-    """Whether ``text`` writes a number other than in ASCII digits: a number word, a Roman numeral, or a digit or
-    numeral of another script (``١٩``, ``十九``)."""
-    for word in _ANY_WORD_RE.findall(text):
-        if word.lower() in _NUMBER_WORDS or (len(word) > 1 and word.isupper() and _ROMAN_RE.fullmatch(word)):
-            return True
-        if not word.isascii() and any(ch.isnumeric() for ch in word):
-            return True
+    """Whether ``text`` writes a number other than in ASCII digits: a number word (also spelled with look-alike
+    letters or spaced out), a Roman numeral, or a digit or numeral of another script (``١٩``, ``十九``)."""
+    if any(_is_number_word(word) for word in _ANY_WORD_RE.findall(text)):
+        return True
+    if any(_is_number_word(_SPACING_RE.sub("", m.group())) for m in _SPACED_LETTERS_RE.finditer(text)):
+        return True
     return not text.isascii() and any(ch.isnumeric() and not ch.isascii() for ch in text)
 
 
@@ -598,9 +619,12 @@ _WORKING_WORD_RE = re.compile(r"(?<![\d)\]}\s])x|x(?![\s\d(\[{.$])|[^\W\d_x]+")
 
 
 def _last_equals(text: str) -> int:
+    """The end of the last ``=`` outside brackets (``18 (= 6 x 3)`` is working after the answer), or -1."""
     position = -1
     for m in _EQUALS_RE.finditer(text):
-        position = m.end()
+        before = text[:m.start()]
+        if before.count("(") + before.count("[") <= before.count(")") + before.count("]"):
+            position = m.end()
     return position
 
 
@@ -634,6 +658,8 @@ def _tail_is_working(tail: str, answer: Decimal) -> bool:
                 return False
             continue
         expression = group.replace("[", "(").replace("]", ")").replace("{", "(").replace("}", ")")
+        if expression.count("(") != expression.count(")"):  # "(= 6 x 3)" splits at its "="
+            expression = expression.replace("(", " ").replace(")", " ").strip()
         try:
             if _rounds_to(float(safe_eval(expression)), answer):
                 continue
@@ -743,7 +769,11 @@ def _find_final_answers(text: str) -> FinalAnswers:
             covered.append((start, stop))
     for pos, content in _boxed_contents(text):
         if not any(start <= pos < stop for start, stop in covered):
-            found.append((pos, content.strip()))
+            # a box is read with the rest of its line: "\boxed{18} or 19" offers two answers
+            box_end = text.index("{", pos) + len(content) + 2
+            stop = text.find("\n", box_end, box_end + MAX_SPAN_CHARS)
+            stop = stop if stop != -1 else min(len(text), box_end + MAX_SPAN_CHARS)
+            found.append((pos, _with_continuation(text, stop, text[pos:stop].strip())[1]))
     found.sort(key=lambda item: item[0])
     result = FinalAnswers()
     for pos, span in found:
