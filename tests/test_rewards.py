@@ -196,6 +196,9 @@ GRAMMAR = [
     ("Final Answer: 18 or n i n e t e e n", None), ("Final Answer: 18 or \u2169\u2168", None),  # Roman numerals
     ("we get \\boxed{18} apples, which is 6 x 3", "18"), ("\\boxed{18}, \\boxed{18}", "18"),
     ("Final Answer: 18\n\nExplanation:\n1. In April: 12 clips", "18"), ("Final Answer: 18\n\nI hope this helps!", "18"),
+    ("Final Answer: 18\n   \n19", None), ("Final Answer: 18\nWait.\nOr 19", None), ("Final Answer: 18\nor\n19", None),
+    ("Final Answer: 18\n\nSo the answer is 19.", None), ("Final Answer: 18ornineteen", None),
+    ("Final Answer: 18 orange", "18"), ("Final Answer: 18 tons", "18"),
 ]
 
 
@@ -218,6 +221,9 @@ LENIENT_FALLBACK = [
     ("so it is 18 or nineteen", None), ("so it is eighteen or 19", None), ("the answer is 18...19", None),
     ("it is 18\u200b or 19", None), ("it is 18 (if rounded down) 19 (otherwise)", None),
     ("it is a dozen or 19", None), ("it is 19 or XIX", None), ("it is 18 or \uff11\uff19", None),
+    ("48 + 24 = 72\n72", "72"), ("Natalia sold 48 clips in April\nand 24 in May\nso 72 altogether", "72"),
+    ("The answer is 18\nor 19", None), ("The answer is 18\n19", None), ("it is 18\n(or nineteen)", None),
+    ("so 18ornineteen", None),
 ]
 
 

@@ -279,10 +279,35 @@ def _last_number(text: str) -> tuple[Decimal | None, bool]:
     after = _UNIT_POWER_RE.sub(" ", text[last.end():line_end if line_end != -1 else last.end() + MAX_SPAN_CHARS])
     if _DIGIT_RE.search(after) or _has_number_word(after):
         return None, True  # a second answer after the last number: "18...19", "18 or nineteen"
+    if line_end != -1 and _has_number_word(_with_continuation(text, line_end, "")[1]):
+        return None, True  # ... or on the lines that go on from it: "18" then "(or nineteen)"
     lead = text[line_start:matches[first].start()]
     if _has_number_word(_TRAILING_JOIN_RE.sub("", lead)[-24:].rsplit(" ", 1)[-1]):
         return None, True  # a number word joined to the answer before it: "eighteen or 19"
-    return _read_candidates(text, matches[first:])
+    value, hedged = _read_candidates(text, matches[first:])
+    if value is not None and first == 0 and _goes_on_from_previous_line(text, line_start, value):
+        return None, True
+    return value, hedged
+
+
+def _goes_on_from_previous_line(text: str, line_start: int, value: Decimal) -> bool:
+    """Whether the line at ``line_start`` offers a second answer to the line before it: it opens with a joining word
+    or symbol, or is a bare number (``The answer is 18`` then ``or 19``, or ``19``), and the line before (after its
+    last ``=``) holds another number or a number word."""
+    line_end = text.find("\n", line_start, line_start + MAX_SPAN_CHARS)
+    line = text[line_start:line_end if line_end != -1 else line_start + MAX_SPAN_CHARS]
+    if not (_continues(line, joined_only=True) or _BARE_NUMBER_LINE_RE.fullmatch(line)):
+        return False
+    previous = text[max(0, line_start - MAX_SPAN_CHARS):max(0, line_start - 1)].rstrip()
+    previous = previous[previous.rfind("\n") + 1:]
+    equals = _last_equals(previous)
+    previous = _UNIT_POWER_RE.sub(" ", previous[equals:] if equals >= 0 else previous)
+    if _has_number_word(previous):
+        return True
+    return any(v is not None and not _same(v, value) for v in map(_token_value, NUMBER_RE.finditer(previous)))
+
+
+_BARE_NUMBER_LINE_RE = re.compile(r"[ \t*_]*\$?-?\$?[\d.,/]+[ \t*_.!]*")
 
 
 # Joining words and marks at the end of the text before a number ("eighteen or ", "a dozen - ").
@@ -523,35 +548,48 @@ _CONTINUATION_START_RE = re.compile(r"[ \t*_>#]*(?:[-\u2013\u2014\u2022][ \t]+)?
                                     r"(?:([^\W\d_]+)|(\$?-?\$?\d)|[,;:|/\\~+&(\[{]|\.\.)")
 
 
-def _continues(line: str) -> bool:
-    """Whether a line right after an answer line goes on with that answer rather than starting working or prose: it
-    opens with a joining word or symbol (``or 19``, ``/ 19``, ``(or 19)``), a number or a number word (``19``,
-    ``nineteen``), or is a short sentence holding one (``It might also be 19.``, ``Note: a dozen``); a line with
-    ``=`` is working (``Check: 72 - 24 = 48``)."""
-    if "=" in line:
-        return False
+def _continues(line: str, joined_only: bool = False) -> bool:
+    """Whether a line after an answer line goes on with that answer rather than starting working or prose: it opens
+    with a joining word or symbol (``or 19``, ``/ 19``, ``(or 19)``), a number or a number word (``19``,
+    ``nineteen``), or is a short sentence holding one (``It might also be 19.``). With ``joined_only`` (after a line
+    of prose) only the first kind counts: ``Wait.`` then ``Or 19``, but not a numbered list after ``Explanation:``."""
     m = _CONTINUATION_START_RE.match(line)
-    if m is not None and (m.group(1) is None or m.group(1).lower() in _HEDGE_WORDS or _has_number_word(m.group(1))):
+    if m is not None and m.group(2) is None and (m.group(1) is None or m.group(1).lower() in _HEDGE_WORDS):
+        return True
+    if joined_only:
+        return False
+    if m is not None and m.group(1) is not None and _has_number_word(m.group(1)):
+        return True
+    if m is not None and m.group(2) is not None:
         return True
     return (len(_ANY_WORD_RE.findall(line)) <= MAX_CONTINUATION_WORDS
             and (bool(_DIGIT_RE.search(line)) or _has_number_word(line)))
 
 
 def _with_continuation(text: str, stop: int, span: str) -> tuple[int, str]:
-    """The answer line's end and text, extended over the lines that continue it (see :func:`_continues`)."""
+    """The answer line's end and text, extended over the lines that continue it (see :func:`_continues`): at most
+    ``MAX_CONTINUATION_LINES`` lines are looked at; a line with ``=`` (working, a check) or another line with a number
+    ends the answer; a line of prose without one is passed over."""
+    joined_only, position = False, stop
     for _ in range(MAX_CONTINUATION_LINES):
-        if stop >= len(text) or text[stop] != "\n":
+        if position >= len(text) or text[position] != "\n":
             break
-        nxt = stop + 1
+        nxt = position + 1
         limit = min(len(text), nxt + MAX_SPAN_CHARS)
-        while nxt < limit and text[nxt] == "\n":
+        while nxt < limit and text[nxt].isspace():
             nxt += 1
         end = text.find("\n", nxt, limit)
         end = end if end != -1 else limit
         line = text[nxt:end]
-        if not line.strip() or not _continues(line):
+        if not line.strip() or "=" in line:
             break
-        span, stop = f"{span} {line.strip()}", end
+        if _continues(line, joined_only):
+            span, stop, joined_only = f"{span} {line.strip()}", end, False
+        elif _DIGIT_RE.search(line) or _has_number_word(line):
+            break
+        else:
+            joined_only = True
+        position = end
     return stop, span
 
 
@@ -587,12 +625,17 @@ _LOOKALIKES = str.maketrans(
     "\u0430\u0435\u0451\u0456\u0457\u0458\u043a\u043e\u0440\u0441\u0443\u0445\u0455\u0501\u04bb\u0261"
     "\u03bd\u03bf\u03b9\u03b1\u03b5\u03ba\u03c1\u03c5\u03c7\u03b7\u0442\u043d\u043c\u0432",
     "aeeiijkopcyxsdhgvoiaekpuxntnmb")
+# A number word glued to a joining word ("18ornineteen").
+_GLUED_NUMBER_WORD_RE = re.compile(
+    r"(?:or|and|to|vs|else|maybe)(?:%s)" % "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)), re.IGNORECASE)
 # Single letters spaced out ("n i n e t e e n", "o-n-e"), read as one word.
 _SPACED_LETTERS_RE = re.compile(r"(?<![^\W\d_])(?:[^\W\d_][ \t.\-_*]{1,3}){2,}[^\W\d_](?![^\W\d_])")
 _SPACING_RE = re.compile(r"[ \t.\-_*]")
 
 
 def _is_number_word(word: str) -> bool:
+    if _GLUED_NUMBER_WORD_RE.fullmatch(word):
+        return True
     if word.lower() in _NUMBER_WORDS or (len(word) > 1 and word.isupper() and _ROMAN_RE.fullmatch(word)):
         return True
     if word.isascii():
@@ -713,9 +756,8 @@ def _span_value(span: str) -> tuple[Decimal | None, bool]:
 def _equals_step_is_working(working: str, answer: Decimal) -> bool:
     """Whether the text before the answer's ``=`` is working, not a bare other number (``18 = 19`` offers two)."""
     step = _EQUALS_RE.split(working.rstrip("=<>! \t"))[-1]
-    words = _ANY_WORD_RE.findall(step)
-    if not _DIGIT_RE.search(step) and _has_number_word(step) and all(_has_number_word(w) for w in words):
-        return False  # "nineteen = 18"
+    if not _DIGIT_RE.search(step) and _has_number_word(step):
+        return False  # "nineteen = 18", "a dozen = 18": a number in words is not working the grammar can check
     step = _WORKING_WORD_RE.sub(" ", _UNIT_POWER_RE.sub(" ", step)).strip(" \t.,:$%*_()[]{}'\"")
     bare = NUMBER_RE.fullmatch(step)
     if bare is None:
@@ -773,7 +815,9 @@ def _find_final_answers(text: str) -> FinalAnswers:
             box_end = text.index("{", pos) + len(content) + 2
             stop = text.find("\n", box_end, box_end + MAX_SPAN_CHARS)
             stop = stop if stop != -1 else min(len(text), box_end + MAX_SPAN_CHARS)
-            found.append((pos, _with_continuation(text, stop, text[pos:stop].strip())[1]))
+            stop, span = _with_continuation(text, stop, text[pos:stop].strip())
+            found.append((pos, span))
+            covered.append((pos, stop))  # the boxes later on its line are read with it
     found.sort(key=lambda item: item[0])
     result = FinalAnswers()
     for pos, span in found:
