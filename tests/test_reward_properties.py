@@ -1,7 +1,9 @@
 """Property-based tests: every reward returns one finite float per completion and never raises, on thousands of
 random and adversarial strings (and 1 MB inputs, each scored in well under a second); extraction is
 self-consistent and cannot be gamed by stating a second, different final answer, nor by a final answer that offers
-several candidates (alternatives, lists, ranges, ±, sequences, an expression plus another number)."""
+several candidates: any separator (a word, a symbol, a bracket, a line break, an invisible character) joined to any
+written form of a second answer (digits, a number word, full-width or another script's digits, a box, a unit) scores
+0, while one answer written plainly in any notation scores 1."""
 
 from __future__ import annotations
 

@@ -156,6 +156,8 @@ GRAMMAR = [
     ("Final Answer: 18, which is 12 + 6", "18"), ("Final Answer: 18 (18 apples)", "18"),
     ("Final Answer: 18 (= 6 \u00d7 3)", "18"), ("Final Answer: 18 (12 + 6 = 18)", "18"),
     ("Final Answer: (6 x 3) = 18", "18"), ("Final Answer: 18 (= 19)", None), ("Final Answer: 18 (6 x 3 = 19)", None),
+    ("Final Answer: 18 = 6 \u00d7 3", "18"), ("Final Answer: 12 = 12 + 1", None), ("Final Answer: $\\boxed{18}$", "18"),
+    ("Final Answer: The total cost is $18.", "18"), ("Final Answer: 18\u00b0C", "18"), ("Final Answer: (18)", "18"),
     ("Final Answer: 18\nCheck: 6 * 3 = 18", "18"), ("Final Answer: 18\n\nExplanation: we added them.", "18"),
     ("Final Answer: 18\n- Check: it works", "18"), ("Final Answer: 18\n6 * 3 = 18", "18"),
     # a second answer in words, Roman numerals or another script

@@ -593,18 +593,20 @@ def _with_continuation(text: str, stop: int, span: str) -> tuple[int, str]:
     return stop, span
 
 
-def _unbox(text: str) -> str:
-    """``text`` with each ``\\boxed{X}`` replaced by ``X``, so a box is read together with what stands around it."""
+def _unbox(text: str, depth: int = 0) -> str:
+    """``text`` with each ``\\boxed{X}`` replaced by ``X`` (boxes in boxes too), so a box is read together with what
+    stands around it."""
     boxes = _boxed_contents(text)
     if not boxes:
         return text
     out, pos = [], 0
     for start, content in boxes:
-        if start < pos:  # a box inside a box already unwrapped
+        if start < pos:  # a box inside a box: unwrapped with its content below
             continue
         out += [text[pos:start], " ", content, " "]
         pos = text.index("{", start) + 1 + len(content) + 1
-    return "".join(out) + text[pos:]
+    text = "".join(out) + text[pos:]
+    return _unbox(text, depth + 1) if depth < 3 and _BOXED_RE.search(text) else text
 
 
 # Words that are numbers (a second answer written in words: "18 or nineteen", "a dozen", "18 and a half"). "second"
@@ -725,9 +727,19 @@ def _span_value(span: str) -> tuple[Decimal | None, bool]:
     that could be a second answer (see the module docstring)."""
     cleaned = _unbox(_clean(span))
     equals = _last_equals(cleaned)
-    working = ""
-    if equals >= 0:
-        working, cleaned = cleaned[:equals], cleaned[equals:]
+    if equals < 0:
+        return _answer_value(cleaned, "")
+    value, hedged = _answer_value(cleaned[equals:], cleaned[:equals])
+    if hedged:  # "18 = 6 x 3": the answer first, then working worth it
+        whole, whole_hedged = _answer_value(cleaned, "")
+        if whole is not None and not whole_hedged:
+            return whole, False
+    return value, hedged
+
+
+def _answer_value(cleaned: str, working: str) -> tuple[Decimal | None, bool]:
+    """(value, hedged) of the answer part of a cleaned answer line, after its ``working`` (the text up to its last
+    ``=``, or empty)."""
     if _has_number_word(cleaned):
         return None, True
     matches = [m for m in NUMBER_RE.finditer(cleaned) if not _is_unit_power(cleaned, m)]
