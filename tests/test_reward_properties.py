@@ -1,7 +1,9 @@
 """Property-based tests: every reward returns one finite float per completion and never raises, on thousands of
 random and adversarial strings (and 1 MB inputs, each scored in well under a second); extraction is
 self-consistent and cannot be gamed by stating a second, different final answer, nor by a final answer that offers
-several candidates (alternatives, lists, ranges, ±, sequences, an expression plus another number)."""
+several candidates: any separator (a word, a symbol, a bracket, a line break, an invisible character) joined to any
+written form of a second answer (digits, a number word, full-width or another script's digits, a box, a unit) scores
+0, while one answer written plainly in any notation scores 1."""
 
 from __future__ import annotations
 
@@ -186,3 +188,97 @@ def test_known_worst_cases_of_one_megabyte(unit):
     count_steps(text)
     elapsed = time.perf_counter() - start
     assert elapsed < 2.0, f"all rewards together took {elapsed:.2f}s on 1 MB of {unit!r}"
+
+
+# The answer-line grammar: any separator joined to any written form of a second answer scores 0; the plain forms of
+# the one answer score 1.
+SEPARATORS = [
+    " or ", " / ", "...", "\u2026", "~", " ~ ", "-", " - ", " \u2013 ", " to ", "; ", " | ", ", ", " ", "\n", "\nor ",
+    "\n\n", " (if rounded down) ", " (or ", " which could also be ", " => ", " -> ", " vs ", " instead of ",
+    "\u200b or ", "\u202e or ", "\u2060 ", " \\text{ or } ", "** or **", " \u2248 ", " \u00b1 ", " (", "\u2028",
+    " and ", " & ", " \\\\ ", " = ", " otherwise ", " but maybe ", " else ",
+]
+WORDS = ["nineteen", "Nineteen", "TWENTY", "twenty-one", "a dozen", "half", "three hundred", "eleventh", "XIX"]
+
+
+def _second_answer(value: int, form: str, word: str) -> str:
+    if form == "word":
+        return word
+    if form == "full-width":
+        return "".join(chr(0xFF10 + int(d)) if d.isdigit() else d for d in str(value))
+    if form == "math-bold":
+        return "".join(chr(0x1D7CE + int(d)) if d.isdigit() else d for d in str(value))
+    if form == "arabic-indic":
+        return "".join(chr(0x0660 + int(d)) if d.isdigit() else d for d in str(value))
+    if form == "boxed":
+        return f"\\boxed{{{value}}}"
+    if form == "dollars":
+        return f"${value}"
+    if form == "unit":
+        return f"{value} apples"
+    if form == "decimal":
+        return f"{value}.5"
+    if form == "bold":
+        return f"**{value}**"
+    return str(value)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(truth=st.integers(-10**6, 10**6), delta=st.integers(1, 10**6), separator=st.sampled_from(SEPARATORS),
+       form=st.sampled_from(["digits", "word", "full-width", "math-bold", "arabic-indic", "boxed", "dollars", "unit",
+                             "decimal", "bold"]),
+       word=st.sampled_from(WORDS), second_first=st.booleans(),
+       marker=st.sampled_from(["Final Answer: ", "**Final Answer:** ", "The final answer is ", "#### ", "\\boxed{"]),
+       reasoning=st.sampled_from(["", "48 / 2 = 24\n48 + 24 = 72\n"]))
+def test_a_second_answer_joined_by_any_separator_scores_zero(truth, delta, separator, form, word, second_first,
+                                                            marker, reasoning):
+    other = _second_answer(abs(truth) + delta, form, word)
+    if marker == "#### " and second_first and not other[0].isdigit() and other[0] not in "$\\*":
+        marker = "Final Answer: "  # "#### nineteen" is a markdown heading: GSM8K's marker needs a number after it
+    line = f"{other}{separator}{truth}" if second_first else f"{truth}{separator}{other}"
+    if separator.endswith("("):
+        line += ")"
+    text = reasoning + marker + line + ("}" if marker == "\\boxed{" else "")
+    for mode in ("strict", "lenient"):
+        assert extract_answer(text, mode=mode) is None, (mode, text)
+        assert not is_correct(text, str(truth), mode=mode), (mode, text)
+    assert AccuracyReward()([text], ground_truth=[str(truth)]) == [0.0]
+
+
+def _plain(value: int, form: str) -> str:
+    if form == "thousands":
+        return f"{value:,}"
+    if form == "dollars":
+        return f"${value}" if value >= 0 else f"-${-value}"
+    if form == "unit":
+        return f"{value} apples"
+    if form == "full-width":
+        return "".join(chr(0xFF10 + int(d)) if d.isdigit() else d for d in str(value))
+    if form == "minus-sign":
+        return str(value).replace("-", "\u2212")
+    if form == "boxed":
+        return f"\\boxed{{{value}}}"
+    if form == "bold":
+        return f"**{value}**"
+    if form == "working":
+        return f"{value - 7} + 7 = {value}"
+    if form == "bracket":
+        return f"{value} ({value - 7} + 7)"
+    if form == "zero-width":
+        return f"\u200b{value}\u200b"
+    return str(value)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(truth=st.integers(-10**6, 10**6),
+       form=st.sampled_from(["digits", "thousands", "dollars", "unit", "full-width", "minus-sign", "boxed", "bold",
+                             "working", "bracket", "zero-width"]),
+       end=st.sampled_from(["", ".", "!", "\n", "\nCheck: 48 + 24 = 72", "\n\nI hope this helps."]),
+       marker=st.sampled_from(["Final Answer: ", "**Final Answer:** ", "The final answer is ", "Final Answer:\n"]),
+       reasoning=st.sampled_from(["", "48 / 2 = 24\n48 + 24 = 72\n", "Let me think.\n"]))
+def test_one_plainly_written_answer_scores_one(truth, form, end, marker, reasoning):
+    text = reasoning + marker + _plain(truth, form) + end
+    for mode in ("strict", "lenient"):
+        assert extract_answer(text, mode=mode) == str(truth), (mode, text)
+        assert is_correct(text, str(truth), mode=mode) and not is_correct(text, str(truth + 1), mode=mode)
+    assert AccuracyReward(mode="lenient")([text], ground_truth=[str(truth)]) == [1.0]

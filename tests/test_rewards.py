@@ -57,7 +57,7 @@ TRICKY = [
     ("#### 5\nFinal Answer: 6", None, None),
     ("Final Answer: 72\nFinal Answer: 72.0", "72", "72"),   # the same answer twice is one answer
     ("Final Answer: 72\nCheck: 72 - 24 = 48, and 100 more", "72", "72"),  # numbers after the final answer
-    ("Final Answer: 72 apples, 3 boxes", "72", "72"),
+    ("Final Answer: 72 apples, 3 boxes", None, None),     # a second number on the answer line: no answer
     ("", None, None),                                       # empty completion
     ("   \n  ", None, None),
     ("I think it is 18 dollars", None, "18"),               # no marker: lenient falls back to the last number
@@ -113,15 +113,17 @@ LABELLED = [
     ("Final Answer: 1,234", "1234"), ("Final Answer: $12", "12"), ("Final Answer: 12 apples", "12"),
     ("Final Answer: 12.50", "12.5"), ("Final Answer: -12", "-12"), ("Final Answer: 3*4 = 12", "12"),
     ("Final Answer: 48 + 24 = \\boxed{72}", "72"), ("The answer is \\boxed{72}.", "72"),
-    ("Final Answer: 72 clips in 2 months", "72"), ("Final Answer: 72, which is 48 + 24", "72"),
-    ("Final Answer: 72 apples, 3 boxes", "72"), ("Final Answer: 2 1/2", "2.5"), ("Final Answer: 72 m^2", "72"),
-    ("Final Answer: 72 (72 clips)", "72"), ("Final Answer: $12.50 per hour for 8 hours", "12.5"),
-    ("Final Answer: 12 (rounded from 12.4)", "12"), ("Final Answer: 72 or so", "72"), ("Final Answer: 3/4", "0.75"),
+    ("Final Answer: 72, which is 48 + 24", "72"),             # working after the answer that equals it
+    ("Final Answer: 2 1/2", "2.5"), ("Final Answer: 72 m^2", "72"),
+    ("Final Answer: 72 (72 clips)", "72"), ("Final Answer: 72 or so", "72"), ("Final Answer: 3/4", "0.75"),
     ("The final answer is 72 clips, which Natalia sold in April and May (48 + 24).", "72"),
     ("Final Answer: 72\nCheck: 72 - 24 = 48, or 48 + 24 = 72", "72"),   # the checks are on a later line
     ("Final Answer: 42 (6 x 7)", "42"), ("Final Answer: 42 [6*7]", "42"), ("Final Answer: 72 (48 + 24)", "72"),
     ("Final Answer: 12 or 13", None), ("Final Answer: 12-13", None), ("Final Answer: 12 (or maybe 13)", None),
     ("Final Answer: 12 (±1)", None), ("Final Answer: (12, 13)", None),
+    # another number on the answer line that is not working equal to the answer could be a second answer
+    ("Final Answer: 72 clips in 2 months", None), ("Final Answer: 72 apples, 3 boxes", None),
+    ("Final Answer: $12.50 per hour for 8 hours", None), ("Final Answer: 12 (rounded from 12.4)", None),
 ]
 
 
@@ -131,6 +133,123 @@ def test_final_answer_lines_read_as_a_person_reads_them(text, label):
         assert extract_answer(text, mode=mode) == label
     if label is not None:
         assert is_correct(text, label) and is_correct(text, label, mode="lenient")
+
+
+# The answer-line grammar, form by form: (completion, the answer in both modes; None: no single answer, scores 0).
+# Exactly one number, in any notation, with its unit, currency, box, markup and working, is an answer; anything on
+# the line (or continuing it) that could be a second answer makes it none, whatever joins the two.
+GRAMMAR = [
+    # one number, however written
+    ("Final Answer: 18", "18"), ("Final Answer: -18", "-18"), ("Final Answer: \u221218", "-18"),
+    ("Final Answer: +18", "18"), ("Final Answer: 18.", "18"), ("Final Answer: 18!", "18"),
+    ("Final Answer: $18.00", "18"), ("Final Answer: 18 dollars", "18"), ("Final Answer: 18 apples.", "18"),
+    ("Final Answer: 1,800", "1800"), ("Final Answer: 1,234,567.89", "1234567.89"), ("Final Answer: 50%", "50"),
+    ("Final Answer: 18/19", "0.9473684210526315789473684211"),  # no spaces around the slash: a fraction
+    ("Final Answer: \u00bd", "0.5"), ("Final Answer: 2\u00bd", "2.5"), ("Final Answer: 2 1/2", "2.5"),
+    ("Final Answer: \uff11\uff18", "18"), ("Final Answer: \U0001d7cf\U0001d7d6", "18"),  # full-width, math bold
+    ("Final Answer: \\boxed{18}", "18"), ("\\boxed{18}", "18"), ("Final Answer: **18**", "18"),
+    ("**Final Answer: 18**", "18"), ("Final Answer: \u224818", "18"), ("Final Answer: 18 m\u00b2", "18"),
+    ("Final Answer: 18\u200b", "18"), ("Final Answer: \u202a18\u202c", "18"),
+    # working that equals the answer, brackets without a second answer, text on later lines
+    ("Final Answer: 6 * 3 = 18", "18"), ("Final Answer: 2/3 = 0.67", "0.67"), ("Final Answer: x = 18", "18"),
+    ("Final Answer: 18 (6 x 3)", "18"), ("Final Answer: 18 (if rounded down)", "18"),
+    ("Final Answer: 18, which is 12 + 6", "18"), ("Final Answer: 18 (18 apples)", "18"),
+    ("Final Answer: 18 (= 6 \u00d7 3)", "18"), ("Final Answer: 18 (12 + 6 = 18)", "18"),
+    ("Final Answer: (6 x 3) = 18", "18"), ("Final Answer: 18 (= 19)", None), ("Final Answer: 18 (6 x 3 = 19)", None),
+    ("Final Answer: 18 = 6 \u00d7 3", "18"), ("Final Answer: 12 = 12 + 1", None), ("Final Answer: $\\boxed{18}$", "18"),
+    ("Final Answer: The total cost is $18.", "18"), ("Final Answer: 18\u00b0C", "18"), ("Final Answer: (18)", "18"),
+    ("Final Answer: 18\nCheck: 6 * 3 = 18", "18"), ("Final Answer: 18\n\nExplanation: we added them.", "18"),
+    ("Final Answer: 18\n- Check: it works", "18"), ("Final Answer: 18\n6 * 3 = 18", "18"),
+    # a second answer in words, Roman numerals or another script
+    ("Final Answer: 18 or nineteen", None), ("Final Answer: 18 or Nineteen", None),
+    ("Final Answer: 18 or NINETEEN", None), ("Final Answer: nineteen or 18", None),
+    ("Final Answer: 18 or twenty-one", None), ("Final Answer: 18 or a dozen", None),
+    ("Final Answer: 18 and a half", None), ("Final Answer: 18 or eighteenth", None),
+    ("Final Answer: 18 or XIX", None), ("Final Answer: 18 (XIX)", None),
+    ("Final Answer: 18 or \u0661\u0669", None), ("Final Answer: 18 or \u5341\u4e5d", None),
+    # a second answer behind invisible, control or look-alike characters
+    ("Final Answer: 18\u200b or 19", None), ("Final Answer: 18\u202e or 19", None),
+    ("Final Answer: 18\u00ad or 19", None), ("Final Answer: 18\x00 or 19", None), ("Final Answer: 18\u2028or 19", None),
+    ("Final Answer: 18 or \uff11\uff19", None), ("Final Answer: 18 \U0001d7ed\U0001d7f5", None),
+    ("Final Answer: 18 or \u00b9\u2079", None), ("Final Answer: 18\u00a0or\u00a019", None),
+    # ranges and alternatives joined by any symbol or word
+    ("Final Answer: 18...19", None), ("Final Answer: 18\u202619", None), ("Final Answer: 18~19", None),
+    ("Final Answer: 18 ~ 19", None), ("Final Answer: 18-19", None), ("Final Answer: 18 \u2014 19", None),
+    ("Final Answer: 18 to 19", None), ("Final Answer: 18 => 19", None), ("Final Answer: 18 -> 19", None),
+    ("Final Answer: 18 = 19", None), ("Final Answer: 18 \u2248 19", None),
+    ("Final Answer: 18 \u2264 x \u2264 19", None), ("Final Answer: 18 \u00b1 1", None),
+    ("Final Answer: 18 (\u00b11)", None), ("Final Answer: 18 give or take 1", None),
+    ("Final Answer: 18; 19", None), ("Final Answer: 18 | 19", None), ("Final Answer: 18, 19", None),
+    ("Final Answer: 18 / 19", None), ("Final Answer: 18 \\\\ 19", None), ("Final Answer: 18 & 19", None),
+    ("Final Answer: 18 vs 19", None), ("Final Answer: 18 \u2228 19", None), ("Final Answer: 18 instead of 19", None),
+    ("Final Answer: 18 but 19", None), ("Final Answer: 18 if not 19", None), ("Final Answer: 18 in 19", None),
+    ("Final Answer: 18 (or 19)", None), ("Final Answer: 18 (19 if rounded up)", None),
+    ("Final Answer: 18 (if rounded down) 19 (otherwise)", None), ("Final Answer: 18, which could also be 19", None),
+    ("Final Answer: 18 or 19.0", None), ("Final Answer: 18 or -18", None), ("Final Answer: 18 or $19", None),
+    # markup: LaTeX, boxes, markdown, line breaks
+    ("Final Answer: \\boxed{18}\\text{ or }19", None), ("Final Answer: \\boxed{18 \\text{ or } 19}", None),
+    ("\\boxed{18} \\boxed{19}", None), ("\\boxed{18}, \\boxed{19}", None), ("Final Answer: **18** or **19**", None),
+    ("Final Answer: 18 \\text{or} 19", None), ("Final Answer: 18 \\quad 19", None),
+    ("Final Answer: 18\n19", None), ("Final Answer: 18\nor 19", None), ("Final Answer: 18\n\nor nineteen", None),
+    ("Final Answer: 18\n(or 19)", None), ("Final Answer: 18\n\u221219", None), ("Final Answer: 18\n\\boxed{19}", None),
+    ("Final Answer: 18\r19", None), ("Final Answer:\n18\nor 19", None),
+    ("The answer is \\boxed{18} or 19", None), ("Final Answer: 18\nIt might also be 19.", None),
+    ("Final Answer: 18\nNote: could be 19", None), ("Final Answer: 18 or n\u0456neteen", None),  # Cyrillic i
+    ("Final Answer: 18 or n i n e t e e n", None), ("Final Answer: 18 or \u2169\u2168", None),  # Roman numerals
+    ("we get \\boxed{18} apples, which is 6 x 3", "18"), ("\\boxed{18}, \\boxed{18}", "18"),
+    ("Final Answer: 18\n\nExplanation:\n1. In April: 12 clips", "18"), ("Final Answer: 18\n\nI hope this helps!", "18"),
+    ("Final Answer: 18\n   \n19", None), ("Final Answer: 18\nWait.\nOr 19", None), ("Final Answer: 18\nor\n19", None),
+    ("Final Answer: 18\n\nSo the answer is 19.", None), ("Final Answer: 18ornineteen", None),
+    ("Final Answer: 18 orange", "18"), ("Final Answer: 18 tons", "18"),
+]
+
+
+@pytest.mark.parametrize("text, label", GRAMMAR)
+def test_the_answer_line_grammar(text, label):
+    for mode in ("strict", "lenient"):
+        assert extract_answer(text, mode=mode) == label, mode
+    for truth in ("18", "19", "-18", "1", label or "18"):
+        expected = label is not None and truth == label
+        for mode in ("strict", "lenient"):
+            assert is_correct(text, truth, mode=mode) is expected, (mode, truth)
+    assert AccuracyReward()([text], ground_truth=[label or "18"]) == [1.0 if label is not None else 0.0]
+
+
+# Without an answer line, lenient mode reads the last number, and a second answer beside it (in words too) still
+# leaves it none.
+LENIENT_FALLBACK = [
+    ("so it is 18 apples", "18"), ("In one month she sold 72", "72"), ("so 72 m\u00b2", "72"),
+    ("Natalia sold 48 clips in April and 24 in May, so 72 altogether", "72"),
+    ("so it is 18 or nineteen", None), ("so it is eighteen or 19", None), ("the answer is 18...19", None),
+    ("it is 18\u200b or 19", None), ("it is 18 (if rounded down) 19 (otherwise)", None),
+    ("it is a dozen or 19", None), ("it is 19 or XIX", None), ("it is 18 or \uff11\uff19", None),
+    ("48 + 24 = 72\n72", "72"), ("Natalia sold 48 clips in April\nand 24 in May\nso 72 altogether", "72"),
+    ("The answer is 18\nor 19", None), ("The answer is 18\n19", None), ("it is 18\n(or nineteen)", None),
+    ("so 18ornineteen", None),
+]
+
+
+@pytest.mark.parametrize("text, label", LENIENT_FALLBACK)
+def test_the_lenient_fallback_reads_the_last_number_alone(text, label):
+    assert extract_answer(text) is None
+    assert extract_answer(text, mode="lenient") == label
+    assert is_correct(text, label or "18", mode="lenient") is (label is not None)
+
+
+def test_invisible_characters_are_every_format_and_control_character():
+    """Every Unicode format character (zero-width, bidi, soft hyphen, tags...) and every control character but tab
+    and the line breaks is removed before reading, so none can hide a separator."""
+    import sys
+    import unicodedata
+
+    from agentic_rl.rewards.extraction import normalise_text
+
+    kept = {"\t", "\n"}
+    for code in range(sys.maxunicode + 1):
+        ch = chr(code)
+        if unicodedata.category(ch) in ("Cf", "Cc") and ch not in kept:
+            assert normalise_text(f"1{ch}2") in ("12", "1\n2"), hex(code)
+    assert normalise_text("a\r\nb\rc\u2028d\u2029e\x85f") == "a\nb\nc\nd\ne\nf"
 
 
 @pytest.mark.parametrize("pred, truth, expected", [
