@@ -103,8 +103,8 @@ def tokenizer(tiny_model_dir):
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """The rows of a JSONL file a run wrote (blank lines skipped)."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """The rows of a JSONL file a run wrote: one JSON object a line, no blank lines."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
 # --- one config factory per stage: the small, fast settings the stage tests share --------------------------------
