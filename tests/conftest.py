@@ -102,6 +102,13 @@ def tokenizer(tiny_model_dir):
     return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
+def write_jsonl(path: Path, rows) -> Path:
+    """Write ``rows`` to ``path`` as a user's JSONL file: one JSON object a line."""
+    path = Path(path)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 def read_jsonl(path: Path) -> list[dict]:
     """The rows of a JSONL file a run wrote: one JSON object a line, no blank lines."""
     return [json.loads(line) for line in Path(path).read_text().splitlines()]

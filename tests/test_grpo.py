@@ -16,7 +16,7 @@ from agentic_rl.config import config_from_args, config_from_dict, format_config,
 from agentic_rl.errors import ConfigError
 from agentic_rl.train.grpo import GRPOConfig
 from agentic_rl.train.grpo_trainer import health_monitor, rename_metrics
-from conftest import grpo_config, read_jsonl, sft_config
+from conftest import grpo_config, read_jsonl, sft_config, write_jsonl
 
 # ---------------------------------------------------------------------------------------------------------------
 # Config
@@ -336,15 +336,13 @@ def test_use_vllm_without_vllm_is_a_clear_config_error():
 
 
 def test_custom_dataset_columns_reach_sft_and_grpo_data(tmp_path):
-    import json
-
     from agentic_rl.train.grpo import GRPOConfig, load_data
     from agentic_rl.train.sft import SFTConfig, build_sft_dataset
 
     path = tmp_path / "mine.jsonl"
     rows = [{"problem": f"Tom has {i} apples and buys 2 more. How many?", "worked": f"{i} + 2 = {i + 2}\n#### {i + 2}"}
             for i in range(1, 13)]
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    write_jsonl(path, rows)
     grpo = GRPOConfig(model="m", dataset=str(path), question_field="problem", answer_field="worked",
                       heldout_every=0)
     train, _ = load_data(grpo)
