@@ -446,7 +446,7 @@ def test_agent_rloo_trains_two_steps_with_leave_one_out_advantages_and_kl_in_the
     data.write_text(json.dumps(ROW) + "\n")
     out = tmp_path / "agent-rloo"
     beta = 0.05  # temperature 1 below: TRL divides the logits by it, the plain forwards of _completion_logps do not
-    result = run(grpo_config(tiny_model_dir, out, environment="calculator", algorithm="rloo", dataset=data,
+    result = run(grpo_config(tiny_model_dir, out, environment="calculator", algorithm="rloo", dataset=str(data),
                              max_train_samples=1, num_generations=4, beta=beta, temperature=1.0, tool_call_reward=0.0,
                              max_turn_tokens=64, max_completion_length=200, save_steps=10, report_to=["tensorboard"]))
 
