@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +102,23 @@ def tokenizer(tiny_model_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """Write a module the way a user puts one on PYTHONPATH (rewards, an environment): ``user_module(name, source)``
+    writes ``<tmp_path>/<name>.py``, makes it importable and returns ``name``; the import is forgotten afterwards."""
+    names = []
+
+    def write(name: str, source: str) -> str:
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        monkeypatch.syspath_prepend(str(tmp_path))
+        names.append(name)
+        return name
+
+    yield write
+    for name in names:
+        sys.modules.pop(name, None)
 
 
 def write_jsonl(path: Path, rows) -> Path:

@@ -4,8 +4,6 @@ writes no final model (SFT, GRPO; pretraining and the agent stages use the same 
 from __future__ import annotations
 
 import math
-import sys
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -141,11 +139,8 @@ def nan_in_training(completions, **kwargs):
 
 
 @pytest.fixture()
-def reward_module(tmp_path, monkeypatch):
-    (tmp_path / "guard_rewards.py").write_text(textwrap.dedent(REWARDS))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "guard_rewards"
-    sys.modules.pop("guard_rewards", None)
+def reward_module(user_module):
+    return user_module("guard_rewards", REWARDS)
 
 
 def test_grpo_that_diverges_stops_with_an_error_and_no_merged_model(tiny_model_dir, tmp_path, reward_module):

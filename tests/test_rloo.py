@@ -4,9 +4,6 @@ in the logged advantages) with its metrics reaching TensorBoard."""
 
 from __future__ import annotations
 
-import sys
-import textwrap
-
 import pytest
 
 from agentic_rl.config import config_from_dict
@@ -22,12 +19,8 @@ def alternating(completions, **kwargs):
 
 
 @pytest.fixture()
-def alternating_reward(tmp_path):
-    (tmp_path / "rloo_alternating.py").write_text(textwrap.dedent(ALTERNATING))
-    sys.path.insert(0, str(tmp_path))
-    yield "rloo_alternating:alternating"
-    sys.path.remove(str(tmp_path))
-    sys.modules.pop("rloo_alternating", None)
+def alternating_reward(user_module):
+    return user_module("rloo_alternating", ALTERNATING) + ":alternating"
 
 
 def test_grpo_only_settings_and_unknown_trl_fields_are_refused_under_rloo():
