@@ -1,4 +1,5 @@
-"""Shared fixtures. Tests never touch the network (HF_HUB_OFFLINE=1) and keep torch to the machine's 2 cores."""
+"""Shared fixtures, the stage config factories and JSONL helpers. Tests never touch the network (HF_HUB_OFFLINE=1)
+and keep torch to the machine's 2 cores."""
 
 from __future__ import annotations
 
