@@ -106,9 +106,10 @@ def tokenizer(tiny_model_dir):
 
 
 @pytest.fixture
-def user_module(tmp_path, monkeypatch):
-    """Write a module the way a user puts one on PYTHONPATH (rewards, an environment): ``user_module(name, source)``
-    writes ``<tmp_path>/<name>.py``, makes it importable and returns ``name``; the import is forgotten afterwards."""
+def make_user_module(tmp_path, monkeypatch):
+    """Write a module the way a user puts one on PYTHONPATH (rewards, an environment):
+    ``make_user_module(name, source)`` writes ``<tmp_path>/<name>.py``, makes it importable and returns ``name``; the
+    import is forgotten afterwards."""
     names = []
 
     def write(name: str, source: str) -> str:

@@ -139,8 +139,8 @@ def nan_in_training(completions, **kwargs):
 
 
 @pytest.fixture()
-def reward_module(user_module):
-    return user_module("guard_rewards", REWARDS)
+def reward_module(make_user_module):
+    return make_user_module("guard_rewards", REWARDS)
 
 
 def test_grpo_that_diverges_stops_with_an_error_and_no_merged_model(tiny_model_dir, tmp_path, reward_module):

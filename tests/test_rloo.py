@@ -19,8 +19,8 @@ def alternating(completions, **kwargs):
 
 
 @pytest.fixture()
-def alternating_reward(user_module):
-    return user_module("rloo_alternating", ALTERNATING) + ":alternating"
+def alternating_reward(make_user_module):
+    return make_user_module("rloo_alternating", ALTERNATING) + ":alternating"
 
 
 def test_grpo_only_settings_and_unknown_trl_fields_are_refused_under_rloo():
