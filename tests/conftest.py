@@ -1,9 +1,14 @@
-"""Shared fixtures. Tests never touch the network (HF_HUB_OFFLINE=1) and keep torch to the machine's 2 cores."""
+"""Shared fixtures, the stage config factories and JSONL helpers. Tests never touch the network (HF_HUB_OFFLINE=1)
+and keep torch to the machine's 2 cores."""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +31,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.stage)
         else:
             item.add_marker(pytest.mark.unit)
+
+
 GSM8K_DIR = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
 
 
@@ -88,3 +95,99 @@ def lm_head_calls(monkeypatch) -> list[tuple[int, bool]]:
 
     monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Recording)
     return calls
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    """The micro model's tokenizer, one per test module (tests may change its padding side)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def make_user_module(tmp_path, monkeypatch):
+    """Write a module the way a user puts one on PYTHONPATH (rewards, an environment):
+    ``make_user_module(name, source)`` writes ``<tmp_path>/<name>.py``, makes it importable and returns ``name``; the
+    import is forgotten afterwards."""
+    names = []
+
+    def write(name: str, source: str) -> str:
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        monkeypatch.syspath_prepend(str(tmp_path))
+        names.append(name)
+        return name
+
+    yield write
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    """Write ``rows`` to ``path`` as a user's JSONL file: one JSON object a line."""
+    path = Path(path)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The rows of a JSONL file a run wrote: one JSON object a line, no blank lines."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+# --- one config factory per stage: the small, fast settings the stage tests share --------------------------------
+# Each takes the model (or models) and the output folder, and the settings the test is about as overrides. Built with
+# config_from_dict, as a YAML file or the CLI would build them, so a misspelt override fails with the config's error.
+
+def _config(cls: type, values: dict[str, Any], overrides: dict[str, Any]):
+    from agentic_rl.config import config_from_dict
+
+    return config_from_dict(cls, {**values, **overrides})
+
+
+def grpo_config(model, out, **overrides):
+    """A GRPO run of 2 steps: groups of 2 over 8 training rows, 6-token completions, a checkpoint each step, no
+    held-out checks, no logging backend."""
+    from agentic_rl.train.grpo import GRPOConfig
+
+    return _config(GRPOConfig, dict(
+        model=str(model), output_dir=str(out), max_steps=2, num_generations=2, batch_size=4, max_completion_length=6,
+        max_train_samples=8, gradient_accumulation_steps=1, heldout_every=0, save_steps=1, learning_rate=0.05,
+        report_to=["none"]), overrides)
+
+
+def sft_config(model, out, **overrides):
+    """An SFT run of 2 steps of 4 rows from 16 training rows (20 held-out rows), sequences up to 128 tokens, every
+    step logged, no logging backend."""
+    from agentic_rl.train.sft import SFTConfig
+
+    return _config(SFTConfig, dict(
+        model=str(model), output_dir=str(out), max_steps=2, batch_size=4, max_train_samples=16,
+        synthetic_test_size=20, max_length=128, logging_steps=1, report_to=["none"]), overrides)
+
+
+def pretrain_config(out, **overrides):
+    """Pretraining a micro model for 2 steps of 4 blocks of 32 tokens, on a 300-line corpus with a 300-token
+    vocabulary, no logging backend."""
+    from agentic_rl.train.pretrain import PretrainConfig
+
+    return _config(PretrainConfig, dict(
+        output_dir=str(out), corpus_lines=300, exclude_test=10, model_preset="micro", vocab_size=300, seq_length=32,
+        max_steps=2, batch_size=4, report_to=["none"]), overrides)
+
+
+def eval_config(models, out, **overrides):
+    """Evaluating ``models`` (one path or a list) greedily on 2 synthetic problems with answers up to 4 tokens."""
+    from agentic_rl.eval.evaluate import EvalConfig
+
+    models = [str(m) for m in models] if isinstance(models, (list, tuple)) else [str(models)]
+    return _config(EvalConfig, dict(models=models, output_dir=str(out), eval_samples=2, max_new_tokens=4), overrides)
+
+
+def reward_model_config(model, dataset, out, **overrides):
+    """A reward-model run of 2 steps of 4 pairs from ``dataset``, every step logged, no logging backend."""
+    from agentic_rl.train.reward_model import RewardModelConfig
+
+    return _config(RewardModelConfig, dict(
+        model=str(model), dataset=str(dataset), output_dir=str(out), max_steps=2, batch_size=4, logging_steps=1,
+        report_to=["none"]), overrides)

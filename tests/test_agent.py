@@ -20,6 +20,7 @@ from agentic_rl.agent.tasks import agent_rows, demonstration, demonstration_exam
 from agentic_rl.agent.tool_format import ChatFormat, parse_tool_calls, render_tool_call
 from agentic_rl.agent.tools import Tool, ToolError, get_tool
 from agentic_rl.errors import ConfigError
+from conftest import grpo_config, read_jsonl
 
 CALL = render_tool_call("calculator", {"expression": "23*47"})
 QUESTION = "A farm has 23 boxes with 47 eggs in each box. How many eggs are there?"
@@ -146,13 +147,6 @@ def test_environment_stage_configs_are_validated():
 # ---------------------------------------------------------------------------------------------------------------
 # Rollouts on the tiny model's tokenizer with a scripted policy
 # ---------------------------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
 
 def scripted_policy(tokenizer, script, *, wrong_rows=()):
     """A stand-in for ``generate_batch``: turn k of every episode writes ``script[k]`` (k = tool responses so far);
@@ -426,9 +420,8 @@ def test_agent_rloo_trains_two_steps_with_leave_one_out_advantages_and_kl_in_the
     import torch
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from agentic_rl.config import config_from_dict
     from agentic_rl.train import grpo_trainer
-    from agentic_rl.train.grpo import GRPOConfig, run
+    from agentic_rl.train.grpo import run
 
     monkeypatch.setattr(rollout_mod, "generate_batch",
                         scripted_policy(tokenizer, [CALL, "Final Answer: 1081"], wrong_rows=(1, 2, 3)))
@@ -453,11 +446,9 @@ def test_agent_rloo_trains_two_steps_with_leave_one_out_advantages_and_kl_in_the
     data.write_text(json.dumps(ROW) + "\n")
     out = tmp_path / "agent-rloo"
     beta = 0.05  # temperature 1 below: TRL divides the logits by it, the plain forwards of _completion_logps do not
-    result = run(config_from_dict(GRPOConfig, dict(
-        model=str(tiny_model_dir), output_dir=str(out), environment="calculator", algorithm="rloo", dataset=str(data),
-        max_train_samples=1, num_generations=4, batch_size=4, gradient_accumulation_steps=1, max_steps=2,
-        learning_rate=0.05, beta=beta, temperature=1.0, tool_call_reward=0.0, max_turn_tokens=64,
-        max_completion_length=200, heldout_every=0, save_steps=10, report_to=["tensorboard"])))
+    result = run(grpo_config(tiny_model_dir, out, environment="calculator", algorithm="rloo", dataset=str(data),
+                             max_train_samples=1, num_generations=4, beta=beta, temperature=1.0, tool_call_reward=0.0,
+                             max_turn_tokens=64, max_completion_length=200, save_steps=10, report_to=["tensorboard"]))
 
     assert result["steps"] == 2
     assert len(captured) == 2  # RLOO's trainer ran: one generation batch per optimizer step
@@ -478,7 +469,7 @@ def test_agent_rloo_trains_two_steps_with_leave_one_out_advantages_and_kl_in_the
 
     assert (Path(result["model_dir"]) / "config.json").is_file()
     # The stage's logs: the documented metric names, RLOO's KL and the episode statistics, for both steps.
-    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_jsonl(out / "metrics.jsonl")
     trained = [m for m in metrics if "grpo/reward" in m]
     assert [m["step"] for m in trained] == [1, 2]
     assert [m["grpo/reward"] for m in trained] == [0.25, 0.25]  # returns [1, 0, 0, 0] in each group

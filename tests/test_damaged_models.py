@@ -16,6 +16,7 @@ import pytest
 
 from agentic_rl.cli import main
 from agentic_rl.errors import ModelLoadError
+from conftest import write_jsonl
 
 
 def _truncate(d: Path) -> None:
@@ -160,9 +161,8 @@ def _reward_model_message(kind: str) -> str:
 
 @pytest.mark.parametrize("kind", REWARD_MODEL_DAMAGE)
 def test_reward_model_training_from_a_damaged_model_gives_one_line(damaged, kind, tmp_path, capsys):
-    pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps({"prompt": f"{i} + 1 =", "chosen": f" {i + 1}", "rejected": " 0"}) + "\n"
-                             for i in range(6)))
+    pairs = write_jsonl(tmp_path / "pairs.jsonl",
+                        [{"prompt": f"{i} + 1 =", "chosen": f" {i + 1}", "rejected": " 0"} for i in range(6)])
     code = main(["reward-model", "--model", str(damaged[kind]), "--dataset", str(pairs),
                  "--output-dir", str(tmp_path / "rm"), "--max-steps", "1", "--report-to", "none"])
     line = _one_error_line(capsys)

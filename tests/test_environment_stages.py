@@ -17,6 +17,7 @@ import pytest
 
 from agentic_rl.config import config_from_dict
 from agentic_rl.errors import ConfigError
+from conftest import eval_config, grpo_config, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,10 +43,6 @@ class PriceLookup:
 
     def get_reward(self) -> float:
         return 1.0 if self.lookups else 0.0
-
-
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -101,7 +98,7 @@ def test_cli_reads_environment_args_as_a_mapping_and_bad_input_is_one_line(tiny_
 # SFT in an environment
 # ---------------------------------------------------------------------------------------------------------------
 
-def test_sft_demonstrations_mix_environment_direct_and_skip_tool_rows(tiny_model_dir):
+def test_sft_demonstrations_mix_environment_direct_and_skip_toolread_jsonl(tiny_model_dir):
     from agentic_rl.agent.settings import build_environment
     from agentic_rl.models import load_model_and_tokenizer
     from agentic_rl.train.sft import SFTConfig, build_environment_dataset
@@ -124,25 +121,21 @@ def test_sft_demonstrations_mix_environment_direct_and_skip_tool_rows(tiny_model
 # ---------------------------------------------------------------------------------------------------------------
 
 def test_a_user_environment_in_trls_shape_trains_two_grpo_steps_and_evaluates(tiny_model_dir, tmp_path):
-    from agentic_rl.eval.evaluate import EvalConfig
     from agentic_rl.eval.evaluate import run as evaluate
-    from agentic_rl.train.grpo import GRPOConfig
     from agentic_rl.train.grpo import run as grpo
 
     spec = f"{__name__}:PriceLookup"
-    result = grpo(config_from_dict(GRPOConfig, dict(
-        model=str(tiny_model_dir), output_dir=str(tmp_path / "grpo"), environment=spec, max_steps=2,
-        num_generations=2, batch_size=4, max_completion_length=24, max_turn_tokens=12, max_train_samples=8,
-        heldout_every=2, eval_samples=2, learning_rate=0.05, report_to=["none"], save_steps=10)))
+    result = grpo(grpo_config(tiny_model_dir, tmp_path / "grpo", environment=spec, max_completion_length=24,
+                              max_turn_tokens=12, gradient_accumulation_steps=4, heldout_every=2, eval_samples=2,
+                              save_steps=10))
     assert result["steps"] == 2 and (tmp_path / "grpo" / "model" / "model.safetensors").is_file()
-    rollouts = _rows(tmp_path / "grpo" / "rollouts.jsonl")
+    rollouts = read_jsonl(tmp_path / "grpo" / "rollouts.jsonl")
     assert len(rollouts) == 2 and {"tool_call_rate", "return"} <= set(rollouts[0])
-    summary = evaluate(config_from_dict(EvalConfig, dict(
-        models=[result["model_dir"]], output_dir=str(tmp_path / "eval"), environment=spec, dataset="synthetic",
-        eval_samples=4, max_new_tokens=24, max_turn_tokens=12)))
+    summary = evaluate(eval_config(result["model_dir"], tmp_path / "eval", environment=spec, dataset="synthetic",
+                                   eval_samples=4, max_new_tokens=24, max_turn_tokens=12))
     metrics = next(iter(summary["results"].values()))
     assert metrics["num_prompts"] == 4 and {"accuracy", "accuracy_without_tools", "tool_call_rate"} <= set(metrics)
-    episodes = _rows(tmp_path / "eval" / "episodes_with_tools.jsonl")
+    episodes = read_jsonl(tmp_path / "eval" / "episodes_with_tools.jsonl")
     assert len(episodes) == 4 and all("step_rewards" in e for e in episodes)
     assert (tmp_path / "eval" / "report.md").read_text().count("|") > 10
 
@@ -152,18 +145,16 @@ def test_a_user_environment_in_trls_shape_trains_two_grpo_steps_and_evaluates(ti
 # ---------------------------------------------------------------------------------------------------------------
 
 def test_eval_with_and_without_tools_reports_both_and_the_environment_statistics(tiny_model_dir, tmp_path):
-    from agentic_rl.eval.evaluate import EvalConfig
     from agentic_rl.eval.evaluate import run as evaluate
 
-    summary = evaluate(config_from_dict(EvalConfig, dict(
-        models=[str(tiny_model_dir)], output_dir=str(tmp_path), environment="self_correct", max_turns=2,
-        dataset="synthetic", eval_samples=3, max_new_tokens=128, max_turn_tokens=8)))
+    summary = evaluate(eval_config(tiny_model_dir, tmp_path, environment="self_correct", max_turns=2,
+                                   dataset="synthetic", eval_samples=3, max_new_tokens=128, max_turn_tokens=8))
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics == json.loads(json.dumps(next(iter(summary["results"].values()))))
     with_tools, without = metrics["with_tools"], metrics["without_tools"]
     assert with_tools["attempts"] == 2.0 and without["attempts"] == 1.0  # without tools: one attempt, no feedback
     assert {"success_at_1", "success_at_2"} <= set(with_tools)
-    episodes = _rows(tmp_path / "episodes_with_tools.jsonl")
+    episodes = read_jsonl(tmp_path / "episodes_with_tools.jsonl")
     assert [m["role"] for m in episodes[0]["messages"]] == ["assistant", "user", "assistant"]
 
 
@@ -192,7 +183,7 @@ def test_grpo_in_an_environment_killed_with_sigkill_resumes_to_the_same_step_cou
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     result = json.loads((out / "stage.json").read_text())
     assert result["steps"] == 6 and "checkpoint-" in result["resumed_from"]
-    steps = [r["step"] for r in _rows(out / "metrics.jsonl") if "agent/return" in r]
+    steps = [r["step"] for r in read_jsonl(out / "metrics.jsonl") if "agent/return" in r]
     assert steps[-1] == 6 and sorted(set(steps)) == list(range(1, 7))
 
 

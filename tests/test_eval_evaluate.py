@@ -12,6 +12,7 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.eval import EvalConfig, evaluate_model, flatten_metrics, run, write_comparison_report
 from agentic_rl.eval.evaluate import load_rows, score_completions
 from agentic_rl.models.generate import GenerationResult
+from conftest import eval_config
 
 
 def _without_timing(metrics):
@@ -121,7 +122,7 @@ def test_run_two_models_comparison_and_cli(tiny_model_dir, varied_model, tmp_pat
     table = (out / "comparison.md").read_text()
     assert "| varied |" in table and f"| {tiny_model_dir.name} |" in table
     assert (out / "varied" / "metrics.json").is_file() and (out / tiny_model_dir.name / "report.md").is_file()
-    result = run(EvalConfig(models=[str(other)], eval_samples=2, max_new_tokens=4, output_dir=str(tmp_path / "one")))
+    result = run(eval_config(other, tmp_path / "one"))
     assert result["results"]["varied"]["num_prompts"] == 2
     assert result["models"][str(other)] is result["results"]["varied"]
     assert (tmp_path / "one" / "metrics.json").is_file()

@@ -16,6 +16,7 @@ from agentic_rl.config import config_from_args, config_from_dict, format_config,
 from agentic_rl.errors import ConfigError
 from agentic_rl.train.grpo import GRPOConfig
 from agentic_rl.train.grpo_trainer import health_monitor, rename_metrics
+from conftest import grpo_config, read_jsonl, sft_config, write_jsonl
 
 # ---------------------------------------------------------------------------------------------------------------
 # Config
@@ -165,15 +166,8 @@ def recorder_module(tmp_path_factory):
 
 
 def _config(model_dir: Path, out: Path, **overrides) -> GRPOConfig:
-    values = dict(model=str(model_dir), output_dir=str(out), max_steps=2, num_generations=2, batch_size=4,
-                  max_completion_length=6, max_train_samples=8, gradient_accumulation_steps=1, heldout_every=0,
-                  save_steps=1, learning_rate=0.05, report_to=["none"], completions_every=1, completions_per_log=2)
-    values.update(overrides)
-    return config_from_dict(GRPOConfig, values)
-
-
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The shared small GRPO run, logging two sample completions every step."""
+    return grpo_config(model_dir, out, **{"completions_every": 1, "completions_per_log": 2, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -199,10 +193,10 @@ def test_reward_functions_receive_the_dataset_columns(lora_run, recorder_module)
         assert call["question"][0] == call["question"][1]  # a group shares its prompt
         for question, gt in zip(call["question"], call["ground_truth"]):
             assert truth[question] == gt
-    metrics = [r for r in _rows(Path(result["model_dir"]).parent / "metrics.jsonl") if "grpo/reward" in r]
+    metrics = [r for r in read_jsonl(Path(result["model_dir"]).parent / "metrics.jsonl") if "grpo/reward" in r]
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(m["grpo/reward/recording_reward"] == 0.5 for m in metrics)  # the function's values reached TRL
-    samples = _rows(Path(result["model_dir"]).parent / "completions.jsonl")
+    samples = read_jsonl(Path(result["model_dir"]).parent / "completions.jsonl")
     assert samples and {"step", "prompt", "completion", "rewards", "advantage"} <= set(samples[0])
     assert samples[0]["rewards"]["recording_reward"] in (0.0, 1.0)
 
@@ -221,15 +215,13 @@ ENVIRONMENT_CASES = {
 
 
 def _environment_start(model_dir: Path, out: Path, environment: str) -> Path:
-    from agentic_rl.train.sft import SFTConfig
     from agentic_rl.train.sft import run as sft
 
     case = ENVIRONMENT_CASES[environment]
-    result = sft(config_from_dict(SFTConfig, dict(
-        model=str(model_dir), output_dir=str(out), environment=environment,
-        environment_args=case.get("environment_args", {}), dataset=case["dataset"], tools_in_prompt=False,
-        max_train_samples=256, max_steps=60, batch_size=8, full=True, learning_rate=3e-3, report_to="none",
-        save_steps=1000)))
+    result = sft(sft_config(model_dir, out, environment=environment, environment_args=case.get("environment_args", {}),
+                            dataset=case["dataset"], tools_in_prompt=False, max_train_samples=256, max_steps=60,
+                            batch_size=8, full=True, learning_rate=3e-3, save_steps=1000, synthetic_test_size=1000,
+                            max_length=512, logging_steps=10))
     return Path(result["model_dir"])
 
 
@@ -255,10 +247,10 @@ def test_beta_gives_a_nonzero_kl_and_the_run_writes_its_outputs(grpo_case):
 
     _, cfg, result, _ = grpo_case
     out = Path(result["model_dir"]).parent
-    metrics = [r for r in _rows(out / "metrics.jsonl") if "grpo/kl" in r]
+    metrics = [r for r in read_jsonl(out / "metrics.jsonl") if "grpo/kl" in r]
     assert metrics[0]["grpo/kl"] == 0.0  # step 1: the fresh adapter is the reference
     assert metrics[-1]["grpo/kl"] > 0.0  # after an update the policy has moved away from it
-    heldout = _rows(out / "heldout.jsonl")
+    heldout = read_jsonl(out / "heldout.jsonl")
     assert [h["step"] for h in heldout] == [0, 1, 2] and all(h["n"] == 3 for h in heldout)
     assert (out / "best" / "adapter_config.json").is_file() and (out / "best" / "best.json").is_file()
     assert (out / "config.yaml").is_file() and list((out / "tensorboard").glob("events.*"))
@@ -267,10 +259,10 @@ def test_beta_gives_a_nonzero_kl_and_the_run_writes_its_outputs(grpo_case):
     assert not (out / "merged").exists()  # the model folder has one name in every stage
     assert saved.config.model_type == "qwen3" and result["steps"] == 2
     if cfg.environment is not None:  # episodes: tool statistics in the logs, the held-out checks and rollouts.jsonl
-        trained = [r for r in _rows(out / "metrics.jsonl") if "agent/tool_call_rate" in r]
+        trained = [r for r in read_jsonl(out / "metrics.jsonl") if "agent/tool_call_rate" in r]
         assert [r["step"] for r in trained] == [1, 2] and all("agent/return" in r for r in trained)
         assert all("tool_call_rate" in h and "turns_per_episode" in h for h in heldout)
-        rollouts = _rows(out / "rollouts.jsonl")
+        rollouts = read_jsonl(out / "rollouts.jsonl")
         assert len(rollouts) == 2 and rollouts[0]["samples"][0]["messages"][0]["role"] == "assistant"
         if cfg.environment == "self_correct":  # the environment's own statistics reach the logs
             assert all("agent/success_at_1" in r and "agent/attempts" in r for r in trained)
@@ -314,7 +306,7 @@ def test_resume_continues_from_the_last_checkpoint(grpo_case):
     # Same settings (only max_steps grows): a resume with other settings, e.g. heldout_every, is refused.
     again = run(dataclasses.replace(cfg, max_steps=3, resume=True))
     assert again["resumed_from"].endswith("checkpoint-2") and again["steps"] == 3
-    steps = [r["step"] for r in _rows(out / "metrics.jsonl") if "grpo/reward" in r]
+    steps = [r["step"] for r in read_jsonl(out / "metrics.jsonl") if "grpo/reward" in r]
     assert steps == [1, 2, 3]  # the first run's rows are kept, step 3 is new, nothing repeated
 
 
@@ -324,7 +316,7 @@ def test_a_qwen3_shaped_model_completes_two_steps(qwen3_shape_dir, tmp_path):
     result = run(_config(qwen3_shape_dir, tmp_path / "q", rewards=["accuracy:1.0", "format:0.2"],
                          learning_rate=1e-4))
     assert result["steps"] == 2
-    rows = [r for r in _rows(tmp_path / "q" / "metrics.jsonl") if "grpo/reward" in r]
+    rows = [r for r in read_jsonl(tmp_path / "q" / "metrics.jsonl") if "grpo/reward" in r]
     assert [r["step"] for r in rows] == [1, 2] and all("grpo/kl" in r for r in rows)
     assert (tmp_path / "q" / "model" / "model.safetensors").is_file()
 
@@ -344,15 +336,13 @@ def test_use_vllm_without_vllm_is_a_clear_config_error():
 
 
 def test_custom_dataset_columns_reach_sft_and_grpo_data(tmp_path):
-    import json
-
     from agentic_rl.train.grpo import GRPOConfig, load_data
     from agentic_rl.train.sft import SFTConfig, build_sft_dataset
 
     path = tmp_path / "mine.jsonl"
     rows = [{"problem": f"Tom has {i} apples and buys 2 more. How many?", "worked": f"{i} + 2 = {i + 2}\n#### {i + 2}"}
             for i in range(1, 13)]
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    write_jsonl(path, rows)
     grpo = GRPOConfig(model="m", dataset=str(path), question_field="problem", answer_field="worked",
                       heldout_every=0)
     train, _ = load_data(grpo)
@@ -389,7 +379,7 @@ def test_learning_signal_options_reach_the_stage(tiny_model_dir, tmp_path):
     selection = json.loads((out / "difficulty.json").read_text())
     assert selection["candidates"] == 6 and selection["kept"] == 6 and selection["histogram"]["0/2"] == 6
     assert result["difficulty_selection"] == selection
-    rows = [r for r in _rows(out / "metrics.jsonl") if "grpo/reward" in r]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "grpo/reward" in r]
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         assert row["grpo/signal/dropped_group_fraction"] == 1.0

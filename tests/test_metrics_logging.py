@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from agentic_rl.errors import TrainingError
 from agentic_rl.train.monitoring import MetricsLogger, NullBackend, namespace_metrics, trl_generation_log
+from conftest import pretrain_config, read_jsonl, sft_config
 
 #: The namespaces a logged metric may live in (STYLE.md, lesson 9): the trainer's own numbers, timings, evaluation,
 #: the environment's episode statistics, and one per stage.
@@ -16,7 +16,7 @@ NAMESPACES = ("train/", "perf/", "eval/", "agent/", "pretrain/", "sft/", "grpo/"
 
 
 def _logged(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return read_jsonl(run_dir / "metrics.jsonl")
 
 
 def _bare_keys(rows: list[dict]) -> set[str]:
@@ -26,12 +26,8 @@ def _bare_keys(rows: list[dict]) -> set[str]:
 def test_pretraining_and_sft_log_namespaced_metrics_to_metrics_jsonl(tiny_model_dir, tmp_path):
     from agentic_rl.train import pretrain, sft
 
-    pretrain.run(pretrain.PretrainConfig(output_dir=str(tmp_path / "pretrain"), corpus_lines=300, exclude_test=20,
-                                         model_preset="micro", vocab_size=300, seq_length=32, max_steps=2,
-                                         batch_size=4, logging_steps=1, report_to="none"))
-    sft.run(sft.SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path / "sft"), max_steps=2,
-                          max_train_samples=16, synthetic_test_size=10, batch_size=4, logging_steps=1,
-                          report_to="none", max_length=128))
+    pretrain.run(pretrain_config(tmp_path / "pretrain", exclude_test=20, logging_steps=1))
+    sft.run(sft_config(tiny_model_dir, tmp_path / "sft", synthetic_test_size=10))
     for stage in ("pretrain", "sft"):
         rows = _logged(tmp_path / stage)
         assert [r["step"] for r in rows if "train/loss" in r] == [1, 2], stage

@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import load_file
 
 from agentic_rl import utils
-from agentic_rl.config import config_from_dict
 from agentic_rl.train.grpo import GRPOConfig
 from agentic_rl.train.pretrain import PretrainConfig
 from agentic_rl.train.sft import SFTConfig
+from conftest import grpo_config, pretrain_config, sft_config
 
 
 @pytest.mark.parametrize("capabilities, expected", [
@@ -75,9 +75,8 @@ def _saved_dtypes(model_dir: str | Path) -> set[torch.dtype]:
 def test_sft_trains_in_bf16_when_set_and_saves_fp32(tiny_model_dir, tmp_path, linear_outputs, bf16):
     from agentic_rl.train.sft import run
 
-    result = run(SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), max_steps=2, full=True, bf16=bf16,
-                           max_train_samples=16, synthetic_test_size=20, batch_size=8, report_to="none",
-                           save_steps=10))
+    result = run(sft_config(tiny_model_dir, tmp_path, full=True, bf16=bf16, batch_size=8, save_steps=10,
+                            max_length=512, logging_steps=10))
     trained = {dtype for dtype, grad in linear_outputs if grad}
     assert trained == ({torch.bfloat16} if bf16 else {torch.float32})
     assert _saved_dtypes(result["model_dir"]) == {torch.float32}
@@ -87,9 +86,7 @@ def test_sft_trains_in_bf16_when_set_and_saves_fp32(tiny_model_dir, tmp_path, li
 def test_pretrain_trains_in_bf16_when_set(tmp_path, linear_outputs):
     from agentic_rl.train.pretrain import run
 
-    result = run(PretrainConfig(output_dir=str(tmp_path), corpus_lines=300, exclude_test=10, model_preset="micro",
-                                vocab_size=300, seq_length=32, max_steps=2, batch_size=4, report_to="none",
-                                bf16=True))
+    result = run(pretrain_config(tmp_path, bf16=True))
     assert {dtype for dtype, grad in linear_outputs if grad} == {torch.bfloat16}
     assert _saved_dtypes(result["model_dir"]) == {torch.float32}
 
@@ -98,10 +95,8 @@ def test_pretrain_trains_in_bf16_when_set(tmp_path, linear_outputs):
 def test_grpo_samples_and_trains_in_bf16_when_set(tiny_model_dir, tmp_path, linear_outputs, bf16):
     from agentic_rl.train.grpo import run
 
-    config = config_from_dict(GRPOConfig, dict(
-        model=str(tiny_model_dir), output_dir=str(tmp_path), max_steps=1, num_generations=2, batch_size=4,
-        max_completion_length=6, max_train_samples=8, heldout_every=0, save_steps=10, report_to=["none"],
-        generation_backend="compact", bf16=bf16))
+    config = grpo_config(tiny_model_dir, tmp_path, max_steps=1, save_steps=10, gradient_accumulation_steps=4,
+                         learning_rate=1e-5, generation_backend="compact", bf16=bf16)
     run(config)
     expected = torch.bfloat16 if bf16 else torch.float32
     # the policy's loss (grad), sampling and the reference's log-probs (no grad): all in one precision

@@ -4,8 +4,6 @@ writes no final model (SFT, GRPO; pretraining and the agent stages use the same 
 from __future__ import annotations
 
 import math
-import sys
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,6 +17,7 @@ from agentic_rl.errors import AgenticRLError, RewardError, TrainingError
 from agentic_rl.models.loading import nonfinite_parameters
 from agentic_rl.train import monitoring
 from agentic_rl.train.monitoring import HealthCallback, NonFiniteGuard
+from conftest import grpo_config
 
 
 def _poison(model) -> None:
@@ -140,22 +139,8 @@ def nan_in_training(completions, **kwargs):
 
 
 @pytest.fixture()
-def reward_module(tmp_path, monkeypatch):
-    (tmp_path / "guard_rewards.py").write_text(textwrap.dedent(REWARDS))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "guard_rewards"
-    sys.modules.pop("guard_rewards", None)
-
-
-def _grpo_config(model_dir, out, **overrides):
-    from agentic_rl.config import config_from_dict
-    from agentic_rl.train.grpo import GRPOConfig
-
-    values = dict(model=str(model_dir), output_dir=str(out), max_steps=4, num_generations=2, batch_size=4,
-                  max_completion_length=6, max_train_samples=8, gradient_accumulation_steps=1, heldout_every=0,
-                  save_steps=1, learning_rate=0.05, report_to=["none"], completions_every=0)
-    values.update(overrides)
-    return config_from_dict(GRPOConfig, values)
+def reward_module(make_user_module):
+    return make_user_module("guard_rewards", REWARDS)
 
 
 def test_grpo_that_diverges_stops_with_an_error_and_no_merged_model(tiny_model_dir, tmp_path, reward_module):
@@ -163,7 +148,8 @@ def test_grpo_that_diverges_stops_with_an_error_and_no_merged_model(tiny_model_d
 
     out = tmp_path / "grpo"
     with pytest.raises(TrainingError, match=r"^training stopped at step 2: the weights became non-finite") as err:
-        run(_grpo_config(tiny_model_dir, out, rewards=[f"{reward_module}:half"]), callbacks=[PoisonAtStep(2)])
+        run(grpo_config(tiny_model_dir, out, max_steps=4, completions_every=0, rewards=[f"{reward_module}:half"]),
+            callbacks=[PoisonAtStep(2)])
     assert "checkpoint-1" in str(err.value)
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-1"]
     assert not (out / "model").exists() and not (out / "adapter").exists()
@@ -174,6 +160,7 @@ def test_grpo_with_a_reward_that_turns_nan_stops_at_once_naming_the_reward(tiny_
 
     out = tmp_path / "grpo"
     with pytest.raises(RewardError, match=rf"^user reward '{reward_module}:nan_in_training' returned nan") as err:
-        run(_grpo_config(tiny_model_dir, out, rewards=[f"{reward_module}:nan_in_training"]))
+        run(grpo_config(tiny_model_dir, out, max_steps=4, completions_every=0,
+                        rewards=[f"{reward_module}:nan_in_training"]))
     assert isinstance(err.value, AgenticRLError)
     assert not (out / "model").exists()

@@ -8,6 +8,7 @@ import pytest
 
 from agentic_rl.errors import ConfigError
 from agentic_rl.train.pretrain import PretrainConfig, arithmetic_probe, build_corpus, pack_blocks, run
+from conftest import pretrain_config, read_jsonl
 
 
 def test_corpus_excludes_held_out_questions_and_has_no_task_format():
@@ -104,10 +105,9 @@ def test_pack_blocks_are_full_length(tiny_model_dir):
 def test_short_pretrain_learns_and_loads_with_plain_transformers(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
-    result = run(PretrainConfig(output_dir=str(tmp_path), corpus_lines=1500, exclude_test=50, model_preset="micro",
-                                vocab_size=400, seq_length=64, max_steps=30, batch_size=8, learning_rate=1e-2,
-                                logging_steps=5, report_to="none"))
-    history = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    result = run(pretrain_config(tmp_path, corpus_lines=1500, exclude_test=50, vocab_size=400, seq_length=64,
+                                 max_steps=30, batch_size=8, learning_rate=1e-2, logging_steps=5))
+    history = read_jsonl(tmp_path / "metrics.jsonl")
     losses = [h["train/loss"] for h in history if "train/loss" in h]
     assert len(losses) == 6 and losses[-1] < losses[0] - 1.0, losses
     m = result["metrics"]

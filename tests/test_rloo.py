@@ -4,15 +4,12 @@ in the logged advantages) with its metrics reaching TensorBoard."""
 
 from __future__ import annotations
 
-import json
-import sys
-import textwrap
-
 import pytest
 
 from agentic_rl.config import config_from_dict
 from agentic_rl.errors import ConfigError
 from agentic_rl.train.grpo import GRPOConfig
+from conftest import grpo_config, read_jsonl
 
 ALTERNATING = '''
 def alternating(completions, **kwargs):
@@ -22,12 +19,8 @@ def alternating(completions, **kwargs):
 
 
 @pytest.fixture()
-def alternating_reward(tmp_path):
-    (tmp_path / "rloo_alternating.py").write_text(textwrap.dedent(ALTERNATING))
-    sys.path.insert(0, str(tmp_path))
-    yield "rloo_alternating:alternating"
-    sys.path.remove(str(tmp_path))
-    sys.modules.pop("rloo_alternating", None)
+def alternating_reward(make_user_module):
+    return make_user_module("rloo_alternating", ALTERNATING) + ":alternating"
 
 
 def test_grpo_only_settings_and_unknown_trl_fields_are_refused_under_rloo():
@@ -55,17 +48,15 @@ def test_rloo_trains_two_steps_with_leave_one_out_advantages_and_tensorboard_met
     from agentic_rl.train.grpo_trainer import trl_arguments
 
     out = tmp_path / "rloo"
-    cfg = config_from_dict(GRPOConfig, dict(
-        model=str(tiny_model_dir), output_dir=str(out), algorithm="rloo", max_steps=2, num_generations=2,
-        batch_size=4, max_completion_length=6, max_train_samples=8, heldout_every=0, save_steps=2,
-        learning_rate=0.05, beta=0.0, report_to=["tensorboard"], completions_every=1, completions_per_log=4,
-        rewards=[f"{alternating_reward}:1.0"]))
+    cfg = grpo_config(tiny_model_dir, out, algorithm="rloo", gradient_accumulation_steps=4, save_steps=2, beta=0.0,
+                      report_to=["tensorboard"], completions_every=1, completions_per_log=4,
+                      rewards=[f"{alternating_reward}:1.0"])
     assert isinstance(trl_arguments(cfg, out, [1.0]), RLOOConfig)
     result = run(cfg)
     assert result["steps"] == 2
     # Leave-one-out: with rewards (1, 0) in a group of two the advantages are exactly +1 and -1 (GRPO's group-std
     # scaling would give ±0.707).
-    rows = [json.loads(x) for x in (out / "completions.jsonl").read_text().splitlines()]
+    rows = read_jsonl(out / "completions.jsonl")
     assert {r["step"] for r in rows} == {1, 2} and sorted({r["advantage"] for r in rows}) == [-1.0, 1.0]
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()

@@ -21,6 +21,7 @@ from agentic_rl.config import config_from_dict
 from agentic_rl.errors import ConfigError, ModelLoadError
 from agentic_rl.locking import LOCK_FILE
 from agentic_rl.pipeline import PipelineConfig, QuickstartConfig, run_pipeline
+from conftest import grpo_config, sft_config
 
 RUN_MARKER = ".agentic-rl-run"  # the file that makes a folder a run directory of this project
 
@@ -159,14 +160,10 @@ def test_the_refusal_names_only_flags_the_command_has(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------------------------
 
 def _grpo_config(model_dir: Path, out: Path, **overrides):
-    from agentic_rl.train.grpo import GRPOConfig
-
-    values = dict(model=str(model_dir), output_dir=str(out), max_steps=2, num_generations=2, batch_size=4,
-                  max_completion_length=6, max_train_samples=8, gradient_accumulation_steps=1, heldout_every=1,
-                  eval_samples=2, save_steps=1, learning_rate=0.05, report_to=["none"], completions_every=1,
-                  completions_per_log=2, rewards=["accuracy:1.0", "format:0.2"])
-    values.update(overrides)
-    return config_from_dict(GRPOConfig, values)
+    """The finished run these tests start from: held-out checks and logged completions every step, two rewards."""
+    return grpo_config(model_dir, out, **{**dict(heldout_every=1, eval_samples=2, completions_every=1,
+                                                 completions_per_log=2, rewards=["accuracy:1.0", "format:0.2"]),
+                                          **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -331,14 +328,12 @@ def test_an_sft_adapter_exports_only_onto_the_base_it_was_trained_on(tiny_model_
     from agentic_rl.deploy.export import ExportConfig
     from agentic_rl.deploy.export import run as export
     from agentic_rl.models.tiny import build_tiny_model, save_model_dir
-    from agentic_rl.train.sft import SFTConfig
     from agentic_rl.train.sft import run as sft
 
     other_base = save_model_dir(build_tiny_model(AutoTokenizer.from_pretrained(tiny_model_dir), "micro", seed=1),
                                 AutoTokenizer.from_pretrained(tiny_model_dir), tmp_path / "other_base")
-    result = sft(SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path / "sft"), max_steps=1, batch_size=4,
-                           max_train_samples=8, synthetic_test_size=20, max_length=128,
-                           report_to="none", merge=False))
+    result = sft(sft_config(tiny_model_dir, tmp_path / "sft", max_steps=1, max_train_samples=8, logging_steps=10,
+                            merge=False))
     adapter = Path(result["adapter_dir"])
     assert (adapter / "base_fingerprint.json").is_file()
     with pytest.raises(ModelLoadError, match="trained on another base model"):

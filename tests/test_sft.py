@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -15,6 +13,7 @@ from agentic_rl.train.monitoring import (HealthMonitor, default_rules, grad_expl
                                          resolve_report_to)
 from agentic_rl.train.sft import (SFTConfig, build_sft_dataset, length_bucketed_order, length_sorted_steps,
                                   prepare_model, rows_reached, run, sft_trainer, trainer_arguments)
+from conftest import read_jsonl, sft_config
 
 FAST = dict(max_train_samples=48, synthetic_test_size=20, batch_size=8, logging_steps=1,
             report_to="none", max_length=256)
@@ -59,8 +58,8 @@ class CountSteps(TrainerCallback):
 
 
 def test_lora_sft_lowers_loss_and_changes_only_adapter_weights(tiny_model_dir, tmp_path):
-    cfg = SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path / "run"), max_steps=12, learning_rate=1e-2,
-                    save_steps=100, **{**FAST, "report_to": "tensorboard"})
+    cfg = sft_config(tiny_model_dir, tmp_path / "run", max_steps=12, learning_rate=1e-2, save_steps=100,
+                     **{**FAST, "report_to": "tensorboard"})
     rows = build_sft_dataset(cfg).select(range(16)).to_list()
     before = completion_loss(tiny_model_dir, rows)
     result = run(cfg)
@@ -82,7 +81,7 @@ def test_lora_sft_lowers_loss_and_changes_only_adapter_weights(tiny_model_dir, t
     run_dir = tmp_path / "run"
     assert (run_dir / "config.yaml").is_file() and load_config(SFTConfig, run_dir / "config.yaml") == cfg
     assert any((run_dir / "tensorboard").glob("events.out.tfevents.*"))
-    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    history = read_jsonl(run_dir / "metrics.jsonl")
     assert {"step", "train/loss", "train/grad_norm", "train/learning_rate"} <= set(history[0])
     # the seed's schedule: linear warm-up over 10 % of the steps, then linear decay towards 0
     lrs = [h["train/learning_rate"] for h in history if "train/learning_rate" in h]
@@ -111,8 +110,7 @@ def test_lora_flag_decides_what_is_trained(tiny_model_dir):
 
 
 def test_full_run_trains_every_weight(tiny_model_dir, tmp_path):
-    result = run(SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), full=True, max_steps=2,
-                           learning_rate=1e-3, **FAST))
+    result = run(sft_config(tiny_model_dir, tmp_path, full=True, max_steps=2, learning_rate=1e-3, **FAST))
     m = result["metrics"]
     assert m["trainable_parameters"] == m["total_parameters"]
     assert result["adapter_dir"] is None and not (tmp_path / "adapter").exists()
@@ -132,7 +130,7 @@ def test_same_code_path_on_qwen3_shape_with_thinking_template(qwen3_shape_dir, t
     from agentic_rl.data.formats import render_prompt
     from agentic_rl.models.loading import load_model_and_tokenizer
 
-    cfg = SFTConfig(model=str(qwen3_shape_dir), output_dir=str(tmp_path), max_steps=2, **FAST)
+    cfg = sft_config(qwen3_shape_dir, tmp_path, max_steps=2, **FAST)
     kept = KeepTrainingRows()
     result = run(cfg, callbacks=[kept])
     model, tok = load_model_and_tokenizer(result["adapter_dir"], for_training=False)
@@ -176,8 +174,8 @@ def test_only_the_rows_the_steps_reach_are_kept(monkeypatch):
 def test_group_by_length_cuts_the_padding_of_the_same_rows(tiny_model_dir, tmp_path):
     def batches(group_by_length):
         # 50 batches of 8: one group sorted by length
-        cfg = SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), max_steps=50,
-                        group_by_length=group_by_length, **{**FAST, "max_train_samples": 400})
+        cfg = sft_config(tiny_model_dir, tmp_path, max_steps=50, group_by_length=group_by_length,
+                         **{**FAST, "max_train_samples": 400})
         model, tok = prepare_model(cfg)
         trainer = sft_trainer(cfg, model=model, args=trainer_arguments(cfg, tmp_path, ["none"], 1),
                               train_dataset=rows_reached(build_sft_dataset(cfg), cfg), processing_class=tok)
@@ -208,8 +206,8 @@ def _step_batches(cfg, tmp_path):
 
 def test_micro_batches_split_each_step_of_the_same_rows_by_length(tiny_model_dir, tmp_path):
     def steps(micro_batches):
-        cfg = SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), micro_batches=micro_batches,
-                        **{**FAST, "max_train_samples": 400, "batch_size": 16})
+        cfg = sft_config(tiny_model_dir, tmp_path, max_steps=-1, micro_batches=micro_batches,
+                         **{**FAST, "max_train_samples": 400, "batch_size": 16})
         return _step_batches(cfg, tmp_path)
 
     def rows(step):  # each row's token ids: which rows the step trains on, whatever their padding
@@ -233,10 +231,9 @@ def test_micro_batches_give_the_weights_of_whole_batches(tiny_model_dir, tmp_pat
     """The loss is normalised over the step's tokens (transformers' num_items_in_batch), not per pass: two steps
     split into 4 length-sorted passes end with the weights of two steps of whole batches (in fp32: bf16 matmuls of
     other shapes round differently)."""
-    settings = dict(model=str(tiny_model_dir), full=True, max_steps=2, learning_rate=1e-3, bf16=False,
-                    **{**FAST, "batch_size": 16})
-    whole = run(SFTConfig(output_dir=str(tmp_path / "whole"), **settings))
-    split = run(SFTConfig(output_dir=str(tmp_path / "split"), micro_batches=4, **settings))
+    settings = dict(full=True, max_steps=2, learning_rate=1e-3, bf16=False, **{**FAST, "batch_size": 16})
+    whole = run(sft_config(tiny_model_dir, tmp_path / "whole", **settings))
+    split = run(sft_config(tiny_model_dir, tmp_path / "split", micro_batches=4, **settings))
     start = load_file(f"{tiny_model_dir}/model.safetensors")
     expected = load_file(f"{whole['model_dir']}/model.safetensors")
     got = load_file(f"{split['model_dir']}/model.safetensors")
@@ -252,7 +249,7 @@ def test_the_sft_loss_scores_only_completion_positions(tiny_model_dir, tmp_path,
     (``train/logprobs.labelled_positions_only``, whose results test_logprobs checks against TRL's default)."""
     import trl.trainer.utils as trl_utils
 
-    run(SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), max_steps=2, **FAST))
+    run(sft_config(tiny_model_dir, tmp_path, max_steps=2, **FAST))
     assert len(lm_head_calls) == 2 and all(labelled_only for _, labelled_only in lm_head_calls)
     assert not trl_utils._use_triton(torch.device("cpu"))  # TRL's own choice again after the stage
 
@@ -303,12 +300,12 @@ def test_length_buckets_hold_similar_lengths_in_random_order():
 
 
 def test_a_resumed_length_bucketed_run_ends_with_the_uninterrupted_weights(tiny_model_dir, tmp_path):
-    settings = dict(model=str(tiny_model_dir), full=True, max_steps=4, save_steps=2, learning_rate=1e-3,
-                    group_by_length=True, **{**FAST, "max_train_samples": 200})
-    whole = run(SFTConfig(output_dir=str(tmp_path / "whole"), **settings))
+    settings = dict(full=True, max_steps=4, save_steps=2, learning_rate=1e-3, group_by_length=True,
+                    **{**FAST, "max_train_samples": 200})
+    whole = run(sft_config(tiny_model_dir, tmp_path / "whole", **settings))
     with pytest.raises(KeyboardInterrupt):
-        run(SFTConfig(output_dir=str(tmp_path / "cut"), **settings), callbacks=[StopAt(3)])
-    resumed = run(SFTConfig(output_dir=str(tmp_path / "cut"), resume=True, **settings))
+        run(sft_config(tiny_model_dir, tmp_path / "cut", **settings), callbacks=[StopAt(3)])
+    resumed = run(sft_config(tiny_model_dir, tmp_path / "cut", resume=True, **settings))
     assert resumed["metrics"]["resumed_from"].endswith("checkpoint-2")
     expected = load_file(f"{whole['model_dir']}/model.safetensors")
     got = load_file(f"{resumed['model_dir']}/model.safetensors")
@@ -316,8 +313,7 @@ def test_a_resumed_length_bucketed_run_ends_with_the_uninterrupted_weights(tiny_
 
 
 def test_interrupted_run_resumes_from_last_checkpoint(tiny_model_dir, tmp_path):
-    cfg = SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), max_steps=4, save_steps=2,
-                    learning_rate=1e-3, **FAST)
+    cfg = sft_config(tiny_model_dir, tmp_path, max_steps=4, save_steps=2, learning_rate=1e-3, **FAST)
     with pytest.raises(KeyboardInterrupt):
         run(cfg, callbacks=[StopAt(3)])
     assert (tmp_path / "checkpoints" / "checkpoint-2").is_dir()
@@ -394,6 +390,5 @@ def test_wandb_offline_run_writes_local_files(tiny_model_dir, tmp_path, monkeypa
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run(SFTConfig(model=str(tiny_model_dir), output_dir=str(tmp_path / "run"), max_steps=2,
-                  **{**FAST, "report_to": "wandb"}))
+    run(sft_config(tiny_model_dir, tmp_path / "run", max_steps=2, **{**FAST, "report_to": "wandb"}))
     assert list(tmp_path.glob("wandb/offline-run-*"))
