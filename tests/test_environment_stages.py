@@ -206,7 +206,7 @@ def test_tune_scores_environment_trials_by_their_episodes(tiny_model_dir, tmp_pa
 
     out = tmp_path / "search"
     result = tune(TuneConfig(
-        stage="grpo", search="grid", seed=0, output_dir=str(out), space={"learning_rate": [1e-3, 2e-3]},
+        stage="grpo", search="grid", seed=0, output_dir=str(out), search_space={"learning_rate": [1e-3, 2e-3]},
         prune=False, budget_steps=1, eval_samples=2, max_new_tokens=32,
         fixed={"model": str(tiny_model_dir), "environment": "calculator", "dataset": "synthetic:multiplication",
                "max_train_samples": 4, "num_generations": 2, "batch_size": 2, "max_completion_length": 32,

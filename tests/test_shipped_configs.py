@@ -70,12 +70,12 @@ def test_project_yaml_loads_into_its_schema(path):
 
     data = yaml.safe_load(path.read_text())
     assert isinstance(data, dict), f"{path}: top level must be a mapping"
-    if "space" in data:  # a hyper-parameter search file
+    if "search_space" in data:  # a hyper-parameter search file
         from agentic_rl.tune import TuneConfig, base_values, parse_space, stage_class, validate_space
 
         tune = config_from_dict(TuneConfig, data, where=str(path))
         cls, _ = stage_class(tune.stage)
-        validate_space(cls, parse_space(tune.space, tune.params), base_values(tune, cls), tune.search)
+        validate_space(cls, parse_space(tune.search_space, tune.params), base_values(tune, cls), tune.search)
         return
     from agentic_rl.pipeline import _check_sections, load_pipeline_config
 
