@@ -30,36 +30,30 @@ import csv
 import dataclasses
 import difflib
 import functools
-import inspect
 import io
 import json
 import math
-import os
-import shutil
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import optuna
 import yaml
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
-from transformers import TrainerCallback
 
-from agentic_rl.config import SEED_RANGE, check_range, config_from_dict, config_to_dict, read_yaml, setting
+from agentic_rl import tune_trials
+from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, read_yaml, setting
 from agentic_rl.errors import ConfigError, TrainingError
-from agentic_rl.runs import MODEL_FOLDER
-from agentic_rl.utils import free_memory, log, run_dir, warn, write_json
+from agentic_rl.tune_trials import Objective, make_objective
+from agentic_rl.utils import log, run_dir, warn
 
 STAGES = ("sft", "grpo")
 # Top-level keys of a pipeline file that reach its stage sections.
 PIPELINE_SHARED = ("model", "dataset", "seed", "synthetic_seed", "system_prompt")
-# Stage settings that decide which problems a trial is scored on (and its stage holds out of training).
-_DATA_KEYS = ("dataset", "split", "seed", "eval_samples", "question_field", "answer_field", "ground_truth_field",
-              "system_prompt", "environment", "environment_args", "max_train_samples")
 # Trials that use up the budget: finished ones and those that will finish (a stale one is failed and queued again).
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 MAX_RETRIES = 2  # reruns of a parameter set whose worker died or was interrupted: three attempts in all
@@ -74,18 +68,15 @@ class TuneConfig:
     stage: str = setting("sft", "the stage to tune", choices=list(STAGES))
     search: str = setting("bayes", "grid (Cartesian product), random or bayes (TPE)",
                           choices=["grid", "random", "bayes"])
-    trials: int | None = setting(None, "trials in the whole study, all workers together (default: the grid size for "
-                                       "grid search, else 20)")
-    search_space: dict[str, Any] = setting({}, "stage setting -> entry, e.g. {lora_r: {type: categorical, choices: "
-                                               "[8, 16]}} (see docs/tuning.md)")
-    params: list[str] = setting([], "one search-space entry NAME=ENTRY, e.g. 'lora_r={type: categorical, choices: "
-                                    "[8, 16]}' (replaces that entry of search_space)", flag="param")
-    base_config: str | None = setting(None, "the stage's settings: a stage YAML, or a pipeline YAML (its stage section "
-                                            "and its model/dataset/seed)")
-    fixed: dict[str, Any] = setting({}, "stage settings of every trial, over base_config (e.g. {max_train_samples: 256})")
+    trials: int | None = setting(None, "trials in the whole study, all workers together (default: grid size, or 20)")
+    search_space: dict[str, Any] = setting({}, "stage setting -> entry, e.g. {lora_r: [8, 16]} (see docs/tuning.md)")
+    params: list[str] = setting([], "a search-space entry NAME=ENTRY, e.g. 'lora_r={type: int, low: 8, high: 32, "
+                                    "step: 8}'", flag="param")
+    base_config: str | None = setting(None, "stage YAML, or pipeline YAML (its stage section and model/dataset/seed)")
+    fixed: dict[str, Any] = setting({}, "stage settings of every trial, over base_config (e.g. {max_steps: 50})")
     budget_steps: int | None = setting(None, "training steps per trial (sets the stage's max_steps)")
-    objective: str = setting("accuracy", "what a trial maximises on held-out problems: accuracy (greedy, strict "
-                                         "answer match) or reward (mean of the stage's reward functions)",
+    objective: str = setting("accuracy", "what a trial maximises on held-out problems: accuracy (greedy, strict) or "
+                                         "reward (mean of the stage's reward functions)",
                              choices=["accuracy", "reward"])
     eval_samples: int = setting(64, "held-out problems each trial is scored on")
     eval_split: str | None = setting(None, "split of the held-out problems (default: a validation slice of the "
@@ -98,8 +89,7 @@ class TuneConfig:
     storage: str | None = setting(None, "Optuna RDB URL shared by workers (default: sqlite:///<output_dir>/study.db)")
     study_name: str | None = setting(None, "study name in the storage (default: tune-<stage>)")
     heartbeat_interval: int = setting(10, "seconds between a worker's heartbeats for its running trial")
-    grace_period: int = setting(60, "seconds without a heartbeat after which a trial's worker counts as dead (its "
-                                    "trial is failed and run again)")
+    grace_period: int = setting(60, "seconds without heartbeat after which a trial's worker counts as dead (rerun)")
     output_dir: str | None = setting(None, "run directory (default: runs/tune-<stage>)")
     seed: int | None = setting(None, "seed of the sampler and of every trial (default: the base config's, else 0)")
     keep_models: bool = setting(False, "keep every trial's weights in trials/<study>/<n>/")
@@ -136,16 +126,13 @@ def parse_param(name: str, entry: Any) -> BaseDistribution:
                           f"low: 1.0e-5, high: 1.0e-3, log: true}}, got {entry!r}")
     kind, unknown = entry["type"], sorted(set(entry) - {"type", *_ENTRY_KEYS[entry["type"]]})
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} for type {kind}; it takes "
-                          f"{', '.join(_ENTRY_KEYS[kind])}")
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} for type {kind}")
     if kind == "categorical":
         choices = entry.get("choices")
-        if (not isinstance(choices, list) or not choices
+        if (not isinstance(choices, list) or not choices or len(set(map(repr, choices))) != len(choices)
                 or any(c is not None and not isinstance(c, (bool, int, float, str)) for c in choices)):
-            raise ConfigError(f"{where}: choices must be a non-empty list of numbers, strings or true/false/null, "
-                              f"got {choices!r}")
-        if len(set(map(repr, choices))) != len(choices):
-            raise ConfigError(f"{where}: choices has repeated values {choices!r}")
+            raise ConfigError(f"{where}: choices must be a non-empty list of distinct numbers, strings or "
+                              f"true/false/null, got {choices!r}")
         return CategoricalDistribution(choices)
     if "low" not in entry or "high" not in entry:
         raise ConfigError(f"{where}: type {kind} needs low and high")
@@ -263,11 +250,6 @@ def base_values(config: TuneConfig, cls: type) -> dict[str, Any]:
     return values
 
 
-def build_stage_config(cls: type, base: dict[str, Any], params: dict[str, Any], output_dir: str | Path,
-                       where: str):
-    return config_from_dict(cls, {**base, **params, "output_dir": str(output_dir)}, where=where)
-
-
 def validate_space(cls: type, space: dict[str, BaseDistribution], base: dict[str, Any], search: str) -> None:
     """Fail before the first trial: unknown keys, values of the wrong type, values the stage config rejects."""
     if not space:
@@ -277,31 +259,14 @@ def validate_space(cls: type, space: dict[str, BaseDistribution], base: dict[str
         discrete = search == "grid" or isinstance(dist, CategoricalDistribution)
         for value in grid_values(name, dist) if discrete else [dist.low, dist.high]:
             try:
-                build_stage_config(cls, base, {name: value}, "probe", where=f"search space '{name}'")
+                tune_trials.build_stage_config(cls, base, {name: value}, "probe", where=f"search space '{name}'")
             except ConfigError as exc:
                 raise ConfigError(f"search space '{name}' value {value!r}: {exc}") from None
 
 
-def _drop_weights(trial_dir: Path) -> None:
-    """A finished trial keeps its config, metrics and logs; its weights (GBs for real models) are removed."""
-    for child in trial_dir.glob("*"):
-        if child.is_dir() and (child.name in (MODEL_FOLDER, "adapter", "base", "best", "final", "checkpoints")
-                               or child.name.startswith("checkpoint-")):
-            shutil.rmtree(child, ignore_errors=True)
-
-
-def _drop_trial_weights(trial: optuna.Trial | FrozenTrial, trials_dir: Path | None) -> Path | None:
-    """Delete the weights in the trial's own trials_dir/<n>/, only when the trial recorded that very directory."""
-    own = (trials_dir / str(trial.number)).resolve() if trials_dir is not None else None
-    if own is not None and trial.user_attrs.get("trial_dir") == str(own) and own.is_dir():
-        _drop_weights(own)
-        return own
-    return None
-
-
 def _retry_stale_trial(study: optuna.Study, trial: FrozenTrial, *, trials_dir: Path | None) -> None:
     """Optuna failed a trial whose heartbeat stopped (its worker is gone): delete its weights, queue it again."""
-    own = _drop_trial_weights(trial, trials_dir)
+    own = tune_trials.drop_trial_weights(trial, trials_dir)
     warn(f"trial {trial.number}: its worker is gone (no heartbeat); the trial is marked failed"
          + (f" and the weights in {own} are removed" if own else ""))
     RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES)(study, trial)
@@ -332,9 +297,6 @@ class BudgetReached(Exception):
     """A trial started after other workers' trials, started at the same instant, had used up the budget."""
 
 
-Objective = Callable[[Any, dict[str, Any]], float]
-
-
 def optimize(config: TuneConfig, space: dict[str, BaseDistribution], objective: Objective, url: str,
              n_trials: int, trials_dir: Path | None = None) -> dict[str, Any]:
     """One worker: run trials until the study holds ``n_trials`` counted trials, wait for those running in other
@@ -360,12 +322,13 @@ def optimize(config: TuneConfig, space: dict[str, BaseDistribution], objective: 
             value = float(objective(trial, params))
         except TrainingError as exc:  # the run diverged (NaN/inf): a result of these parameters, not a crash
             trial.set_user_attr("diverged", str(exc))
-            own = _drop_trial_weights(trial, trials_dir)
+            own = tune_trials.drop_trial_weights(trial, trials_dir)
             warn(f"trial {trial.number} diverged (recorded as pruned{', weights removed' if own else ''}): {exc}")
             raise optuna.TrialPruned(f"diverged: {exc}") from None
         finally:
             trial.set_user_attr("duration_s", round(time.time() - started, 1))
         if not math.isfinite(value):
+            warn(f"trial {trial.number}: its score is {value}; recorded as pruned")
             raise optuna.TrialPruned(f"objective is {value}")
         log(f"trial {trial.number}: {config.objective} {value:.4f} ({time.time() - started:.0f}s)")
         return value
@@ -393,157 +356,6 @@ def optimize(config: TuneConfig, space: dict[str, BaseDistribution], objective: 
         time.sleep(2.0)
 
 
-def load_heldout(config: TuneConfig, stage_cfg: Any, n: int) -> list[dict[str, Any]]:
-    """``n`` held-out problems with the stage's prompts: the first ``n`` of the validation slice the trial's stage
-    carves out of its training split (:mod:`agentic_rl.eval.validation`), or a seeded sample of ``eval_split``."""
-    if config.eval_split is None:
-        if stage_cfg.eval_samples < n:
-            raise ConfigError(f"the stage holds out {stage_cfg.eval_samples} validation problems, fewer than the "
-                              f"{n} a trial is scored on; tune gives the stage its own eval_samples")
-        if config.stage == "sft":
-            from agentic_rl.train.sft import validation_rows
-        else:
-            from agentic_rl.train.grpo import validation_rows
-        return validation_rows(stage_cfg)[:n]
-    from agentic_rl.agent.settings import build_environment, environment_system_prompt
-    from agentic_rl.data.formats import build_prompt
-    from agentic_rl.eval.evaluate import EvalConfig, load_rows
-
-    columns = {name: getattr(stage_cfg, name, None) for name in ("question_field", "answer_field",
-                                                                  "ground_truth_field")}
-    rows = load_rows(EvalConfig(dataset=getattr(stage_cfg, "dataset", None) or "synthetic", split=config.eval_split,
-                                eval_samples=n, seed=config.seed or 0, **columns))
-    env = build_environment(stage_cfg).example if getattr(stage_cfg, "environment", None) is not None else None
-    system_prompt = environment_system_prompt(getattr(stage_cfg, "system_prompt", None), env)
-    return [{**r, "prompt": build_prompt(r["question"], system_prompt)} for r in rows]
-
-
-def score_model(config: TuneConfig, stage_cfg: Any, model: Any, rows: list[dict[str, Any]], *,
-                tokenizer: Any = None) -> tuple[float, dict[str, Any]]:
-    """The trial's objective value and metrics, by the one held-out scorer GRPO's periodic checks use
-    (:func:`agentic_rl.eval.validation.score_heldout`): greedy ``accuracy`` (strict), or for ``objective: reward`` the
-    mean of the stage's reward functions (in an environment: the mean episode return, played with its tools)."""
-    from agentic_rl.eval import validation
-
-    env_factory, budget = None, config.max_new_tokens
-    if getattr(stage_cfg, "environment", None) is not None:
-        from agentic_rl.agent.settings import build_environment
-
-        env_factory = build_environment(stage_cfg)
-        budget = max(getattr(stage_cfg, "max_completion_length", None) or budget, stage_cfg.max_turn_tokens)
-    metrics = validation.score_heldout(
-        model, tokenizer, rows, max_new_tokens=budget, env_factory=env_factory,
-        rewards=getattr(stage_cfg, "rewards", None) if config.objective == "reward" else None,
-        tools_in_prompt=getattr(stage_cfg, "tools_in_prompt", True),
-        max_turn_tokens=getattr(stage_cfg, "max_turn_tokens", 48))
-    value = metrics.get("accuracy" if config.objective == "accuracy" else "avg_reward")
-    return (float(value) if value is not None else float("nan")), metrics
-
-
-@contextlib.contextmanager
-def _preserved_rng() -> Iterator[None]:
-    """Run a side computation (a held-out evaluation inside training) without moving any random stream, so a trial
-    trains exactly as the same config does without tune's callback: the best YAML reproduces the trial."""
-    import random
-
-    import numpy as np
-    import torch
-
-    states = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
-              torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
-    try:
-        yield
-    finally:
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.set_rng_state(states[2])
-        if states[3] is not None:
-            torch.cuda.set_rng_state_all(states[3])
-
-
-class HeldOutPruning(TrainerCallback):
-    """Every ``every`` steps: score the model on ``rows``, report it to the trial, and stop training when the pruner
-    says the trial is hopeless (the objective then raises ``TrialPruned``)."""
-
-    def __init__(self, config: TuneConfig, stage_cfg: Any, trial: optuna.Trial, rows: list, every: int) -> None:
-        self.config, self.stage_cfg, self.trial, self.rows, self.every = config, stage_cfg, trial, rows, every
-        self.pruned_at: int | None = None
-
-    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-        step = state.global_step
-        if step % self.every or step >= state.max_steps or model is None:
-            return
-        with _preserved_rng():
-            value, _ = score_model(self.config, self.stage_cfg, model, self.rows, tokenizer=processing_class)
-        self.trial.report(value, step)
-        log(f"trial {self.trial.number} step {step}: held-out {self.config.objective} {value:.4f} "
-            f"({len(self.rows)} problems)")
-        if self.trial.should_prune():
-            self.pruned_at = step
-            control.should_training_stop = True
-
-
-def study_trials_dir(config: TuneConfig, url: str, out: Path) -> Path:
-    """The study's own folder of trial runs, ``<out>/trials/<study_name>``, recorded in the study for every worker and
-    resumed run. Trial numbers restart at 0 in each study, so a study created anew (another name, or the same name
-    after study.db was deleted) never reuses another study's folder: it gets ``<study_name>-2``, ..."""
-    study = open_study(config, url)
-    name = study.user_attrs.get("trials_folder")
-    if name is None:
-        name, n = str(config.study_name), 1
-        while (out / "trials" / name).exists() and any((out / "trials" / name).iterdir()):
-            n += 1
-            name = f"{config.study_name}-{n}"
-        study.set_user_attr("trials_folder", name)
-    return out / "trials" / name
-
-
-def make_objective(config: TuneConfig, cls: type, stage_run: Callable[..., Any], base: dict[str, Any],
-                   trials_dir: Path, keep_models: bool = False) -> Objective:
-    """The stage objective: resolve the trial's stage config, train (with the pruning callback), score."""
-    cache: dict[str, Any] = {}
-    prune = config.prune and "callbacks" in inspect.signature(stage_run).parameters
-    if config.prune and not prune:
-        warn(f"the {config.stage} stage's run() takes no callbacks=, so trials cannot report intermediate scores: "
-             "pruning is off")
-
-    def objective(trial: optuna.Trial, params: dict[str, Any]) -> float:
-        trial_dir = trials_dir / str(trial.number)
-        stage_cfg = build_stage_config(cls, base, params, trial_dir, where=f"trial {trial.number}")
-        trial.set_user_attr("stage_config", config_to_dict(stage_cfg))
-        # The held-out problems depend on the stage's data settings only, which a search rarely varies (seed may).
-        rows_key = json.dumps({k: v for k, v in config_to_dict(stage_cfg).items()
-                               if k in _DATA_KEYS or k.startswith("synthetic")}, sort_keys=True, default=str)
-        if rows_key not in cache:
-            cache[rows_key] = load_heldout(config, stage_cfg, config.eval_samples)
-        rows = cache[rows_key]
-        budget = getattr(stage_cfg, "max_steps", None) or 0
-        every = config.prune_every or max(1, budget // 4)
-        callback = (HeldOutPruning(config, stage_cfg, trial, rows[:config.prune_samples], every)
-                    if prune and budget and every < budget else None)
-        try:
-            result = stage_run(stage_cfg, **({"callbacks": [callback]} if callback else {}))
-        except BaseException:  # nothing of ours to clean: a refused directory may hold another run's weights
-            free_memory()
-            raise
-        try:
-            if callback is not None and callback.pruned_at is not None:
-                raise optuna.TrialPruned(f"pruned at step {callback.pruned_at}")
-            model_dir = result["model_dir"] if isinstance(result, dict) else str(result)
-            value, metrics = score_model(config, stage_cfg, model_dir, rows)
-            trial.set_user_attr("metrics", {k: v for k, v in metrics.items()
-                                            if isinstance(v, (int, float)) and not isinstance(v, bool)})
-            write_json(trial_dir / "tune_score.json", {"trial": trial.number, "params": params,
-                                                      config.objective: value, "metrics": metrics})
-            return value
-        finally:
-            if not keep_models:
-                _drop_weights(trial_dir)
-            free_memory()
-
-    return objective
-
-
 def run(config: TuneConfig) -> dict[str, Any]:
     """Run (or resume, or join as another worker) the search; write the report; return the best trial's summary."""
     space = parse_space(config.search_space, config.params)
@@ -565,7 +377,7 @@ def run(config: TuneConfig) -> dict[str, Any]:
     (out / "tune_config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
     log(f"tune {config.stage}: {config.search} search over {', '.join(space)}; {n_trials} trials in study "
         f"{config.study_name!r} at {url}")
-    trials_dir = study_trials_dir(config, url, out)
+    trials_dir = tune_trials.study_trials_dir(open_study(config, url), str(config.study_name), out)
     objective = make_objective(config, cls, stage_run, base, trials_dir, keep_models=config.keep_models)
     worker = optimize(config, space, objective, url, n_trials, trials_dir=trials_dir)
     result = {**write_outputs(config, worker["study"], out), "ran_here": worker["ran"]}
@@ -574,39 +386,6 @@ def run(config: TuneConfig) -> dict[str, Any]:
             f"{json.dumps(result['best_params'])} -> {result['best_config']}")
     log(f"report: {result['report']}")
     return result
-
-
-def _atomic_write(path: Path, text: str) -> None:  # workers may write the outputs at the same time
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def _plots(study: optuna.Study, out: Path, objective: str) -> list[str]:
-    """Optimisation history and parameter importance as PNGs (matplotlib); skipped with a note when not defined."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from optuna.visualization import matplotlib as ovm
-
-    made = []
-    for name, plot in {"optimization_history.png": ovm.plot_optimization_history,
-                       "param_importances.png": ovm.plot_param_importances}.items():
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                ax = plot(study, target_name=f"held-out {objective}")
-            fig = ax.figure if hasattr(ax, "figure") else ax.flatten()[0].figure
-            fig.set_size_inches(7, 4)
-            fig.tight_layout()
-            fig.savefig(out / f".{name}.{os.getpid()}.png", dpi=100)
-            os.replace(out / f".{name}.{os.getpid()}.png", out / name)
-            plt.close(fig)
-            made.append(name)
-        except (ValueError, RuntimeError, ZeroDivisionError) as exc:  # e.g. importance needs >= 2 complete trials
-            log(f"plot {name} skipped: {exc}")
-    return made
 
 
 def write_outputs(config: TuneConfig, study: optuna.Study, out: Path) -> dict[str, Any]:
@@ -621,7 +400,7 @@ def write_outputs(config: TuneConfig, study: optuna.Study, out: Path) -> dict[st
     writer = csv.DictWriter(buf, fieldnames=columns)
     writer.writeheader()
     writer.writerows(rows)
-    _atomic_write(out / "trials.csv", buf.getvalue())
+    files = {"trials.csv": buf.getvalue()}
     diverged = {t.number: t.user_attrs["diverged"] for t in trials if "diverged" in t.user_attrs}
     result: dict[str, Any] = {"output_dir": str(out), "trials": len(rows), "diverged": len(diverged),
                               "complete": sum(t.state == TrialState.COMPLETE for t in trials),
@@ -630,35 +409,36 @@ def write_outputs(config: TuneConfig, study: optuna.Study, out: Path) -> dict[st
     if result["complete"]:
         best = study.best_trial
         stage_values = {k: v for k, v in best.user_attrs.get("stage_config", {}).items() if k != "output_dir"}
-        best_stage = out / f"best_{config.stage}.yaml"
+        best_stage = f"best_{config.stage}.yaml"
         summary = (f"# best of {result['complete']} complete trials (study {config.study_name!r}): trial "
                    f"{best.number}, held-out {config.objective} {best.value:.4f}\n")
-        _atomic_write(best_stage, summary + f"# rerun: agentic-rl {config.stage} --config {best_stage.name}\n"
-                      + yaml.safe_dump(stage_values, sort_keys=False))
+        files[best_stage] = (summary + f"# rerun: agentic-rl {config.stage} --config {best_stage}\n"
+                             + yaml.safe_dump(stage_values, sort_keys=False))
         pipeline = {"stages": [config.stage],
                     **{k: stage_values[k] for k in PIPELINE_SHARED if stage_values.get(k) is not None},
                     config.stage: {k: v for k, v in stage_values.items() if k not in PIPELINE_SHARED}}
-        _atomic_write(out / "best_pipeline.yaml", summary + "# rerun: agentic-rl pipeline --config best_pipeline.yaml\n"
-                      + yaml.safe_dump(pipeline, sort_keys=False))
+        files["best_pipeline.yaml"] = (summary + "# rerun: agentic-rl pipeline --config best_pipeline.yaml\n"
+                                       + yaml.safe_dump(pipeline, sort_keys=False))
         result.update({"best_trial": best.number, "best_value": best.value, "best_params": best.params,
-                       "best_config": str(best_stage), "best_pipeline_config": str(out / "best_pipeline.yaml")})
+                       "best_config": str(out / best_stage), "best_pipeline_config": str(out / "best_pipeline.yaml")})
         best_lines = [f"Best: trial {best.number}, {config.objective} **{best.value:.4f}** with "
                       + ", ".join(f"`{k}={v}`" for k, v in best.params.items()), "",
-                      f"Rerun it: `agentic-rl {config.stage} --config {best_stage.name}` "
+                      f"Rerun it: `agentic-rl {config.stage} --config {best_stage}` "
                       "(or `agentic-rl pipeline --config best_pipeline.yaml`)."]
     fmt = lambda v: "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
-    table = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
-             *("| " + " | ".join(fmt(row.get(c)) for c in columns) + " |" for row in rows)]
-    scored_on = "a validation slice of the training split" if config.eval_split is None else f"{config.eval_split} split"
+    scored_on = f"{config.eval_split} split" if config.eval_split else "a validation slice of the training split"
     report = [f"# Hyper-parameter search: {config.stage}, {config.search}", "",
               f"Objective: held-out {config.objective} on {config.eval_samples} problems ({scored_on}) after "
               f"{config.budget_steps or 'the configured'} training steps; {result['complete']} complete, "
               f"{result['pruned']} pruned, {result['diverged']} diverged of {len(rows)} trials.", "",
-              *best_lines, "", "## Trials", "", *table, ""]
+              *best_lines, "", "## Trials", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+              *("| " + " | ".join(fmt(row.get(c)) for c in columns) + " |" for row in rows), ""]
     if diverged:
         report += ["Diverged (not rerun):", "", *(f"- trial {n}: {msg}" for n, msg in diverged.items()), ""]
-    _atomic_write(out / "report.md", "\n".join(report + [f"![{p}]({p})\n" for p in _plots(study, out,
-                                                                                            config.objective)]))
+    plots = tune_trials.write_plots(study, out, config.objective)
+    files["report.md"] = "\n".join(report + [f"![{p}]({p})\n" for p in plots])
+    for name, text in files.items():  # workers may write them at the same time
+        tune_trials.atomic_write(out / name, text)
     return {**result, "report": str(out / "report.md")}
 
 
