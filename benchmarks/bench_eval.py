@@ -24,7 +24,7 @@ Run it::
     python benchmarks/bench_eval.py --model runs/quickstart/sft/model --samples 200
     python benchmarks/bench_eval.py --model runs/quickstart/sft/model --samples 500 --repeats 3 --also continuous,static
 
-Goal (issue 19): the default path >= 10x the naive loop and >= 2x the padded batches, identical greedy completions.
+Goal: the default path >= 10x the naive loop and >= 2x the padded batches, identical greedy completions.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def pick_model(arg: str | None, preset: str, scratch: str) -> tuple[str, str]:
     candidates = sorted(Path("runs").glob(f"**/{MODEL_FOLDER}/config.json"), key=lambda p: p.stat().st_mtime)
     if candidates:
         return str(candidates[-1].parent), "newest trained model under runs/"
-    from agentic_rl.models.tiny import build_tiny_model, default_tokenizer_corpus, save_model_dir, train_tokenizer
+    from agentic_rl.data.synthetic import default_tokenizer_corpus
+    from agentic_rl.models.tiny import build_tiny_model, save_model_dir, train_tokenizer
 
     path = Path(scratch) / f"{preset}-random"
     tokenizer = train_tokenizer(default_tokenizer_corpus(2000, seed=0), vocab_size=512)
@@ -78,7 +79,7 @@ def run_system_prompt(model_dir: str) -> tuple[str | None, str]:
 
 def run_method(name: str, model, tokenizer, prompts, max_new_tokens: int, batch_size: int | None):
     """GenerationResults of one method, in prompt order."""
-    from agentic_rl.eval.generation import GenerationResult, _decode, _eos_ids, generate_batched, generate_one_by_one
+    from agentic_rl.models.generate import GenerationResult, _decode, _eos_ids, generate_batched, generate_one_by_one
 
     if name == "naive":
         return generate_one_by_one(model, tokenizer, prompts, max_new_tokens=max_new_tokens)

@@ -17,7 +17,7 @@ temperature, rewards, system prompt) on the same model and prompts, and differ o
 The runs alternate (ABBA order over ``--repeats``) so that load from other processes hits both alike; the step time
 is the trainer's ``train_runtime / steps`` (generation + rewards + loss + optimizer + our callbacks), held-out checks
 and checkpoints off; this process's CPU time over training is reported too (steadier than wall time on a shared
-machine). Prints the median step times of each and the ratios after / before (issue 19's goal: <= 0.75).
+machine). Prints the median step times of each and the ratios after / before (the goal: <= 0.75).
 
     python benchmarks/bench_grpo_step.py --model runs/quickstart/sft/model --steps 5 --repeats 2
 """

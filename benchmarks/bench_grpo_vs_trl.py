@@ -40,7 +40,8 @@ def cpu_seconds() -> float:
 def embedded_model(path: Path) -> Path:
     """The embedded tiny Qwen3 (random init) with its BPE tokenizer: generation always runs to the length limit,
     so both sides do exactly the same amount of work."""
-    from agentic_rl.models.tiny import build_tiny_model, default_tokenizer_corpus, save_model_dir, train_tokenizer
+    from agentic_rl.data.synthetic import default_tokenizer_corpus
+    from agentic_rl.models.tiny import build_tiny_model, save_model_dir, train_tokenizer
 
     tokenizer = train_tokenizer(default_tokenizer_corpus(2000, seed=0), vocab_size=512)
     return save_model_dir(build_tiny_model(tokenizer, "tiny", seed=0), tokenizer, path)

@@ -7,7 +7,7 @@ pretraining run. Each run is a process of its own, so its peak resident memory i
 order over ``--repeats``) so that load from other processes hits both alike. The step time is the trainer's
 ``train_runtime / steps`` (checkpoints off). Prints the median step times, their ratio, the peak RSS and the largest
 difference of the logged losses (float rounding: the learning itself is measured by whole quickstart runs, see
-docs/results-single-turn.md).
+docs/experiments.md).
 
 On a CPU without bf16 instructions (no AVX512-BF16 / AMX-BF16) the bf16 variant is emulated and slower: that is why
 the stages' default is on only where :func:`agentic_rl.utils.cpu_computes_bf16` finds them.

@@ -11,7 +11,7 @@ Plain-text continuations, greedy, on the base alone (no chat template), for each
 * grounded: the continuation's first ``a*b`` uses two numbers of the question (in either order).
 
 A checkpoint folder (``pretrain/checkpoints/checkpoint-N``) has no tokenizer: ``--tokenizer`` points at the run's
-``pretrain/tokenizer``. docs/results-agentic.md has what it measured.
+``pretrain/tokenizer``. docs/experiments.md has what it measured.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ everything up to the sign, written correctly, and the probe reads the next-token
 * plain (``--plain``, a pretrained base): the corpus's problem line up to the sign (``question 26*57=1482 1482``).
 
 It prints the mean P(+) on problems whose right sign is + and on those whose right sign is -, and the share decided
-right (P(right sign) > 0.5). A model that ignores the verb shows the same P(+) on both. docs/results-agentic.md has
+right (P(right sign) > 0.5). A model that ignores the verb shows the same P(+) on both. docs/experiments.md has
 what it measured.
 """
 

@@ -12,7 +12,7 @@ the embedded quickstart uses none, ``''``).
 Two more columns say why the forced answers are right or wrong: the share whose first equation uses two numbers of
 the question (the model copies the problem into its steps), and the share of all their equations whose stated result
 is right (recomputed with ``rewards.check_equations``: the tiny model's mental arithmetic). The measurements made
-with it are in docs/results-single-turn.md.
+with it are in docs/experiments.md.
 """
 
 from __future__ import annotations

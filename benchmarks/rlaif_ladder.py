@@ -37,14 +37,14 @@ import time
 from pathlib import Path
 
 from agentic_rl.config import config_from_dict
-from agentic_rl.data.preferences import PreferencesConfig
-from agentic_rl.data.preferences import run as run_preferences
 from agentic_rl.eval.evaluate import EvalConfig
 from agentic_rl.eval.evaluate import run as run_eval
 from agentic_rl.pipeline import PipelineConfig, run_pipeline
 from agentic_rl.runs import MODEL_FOLDER, differing_keys, settings_of
 from agentic_rl.train.grpo import GRPOConfig
 from agentic_rl.train.grpo import run as run_grpo
+from agentic_rl.train.preferences import PreferencesConfig
+from agentic_rl.train.preferences import run as run_preferences
 from agentic_rl.train.reward_model import RewardModelConfig
 from agentic_rl.train.reward_model import run as run_reward_model
 from agentic_rl.utils import free_memory, log, read_json, read_jsonl, write_json

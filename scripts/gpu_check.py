@@ -4,7 +4,7 @@ Builds a random-init model with Qwen3-0.6B's exact shape (28 layers, hidden 1024
 151,936, tied embeddings) and the embedded tokenizer (ids above its vocabulary are never produced by the data and are
 skipped when decoding), saves it in bf16, then through the project's own functions:
 
-1. batched greedy generation (``agentic_rl.eval.generation.generate_batched``): tokens/s;
+1. batched greedy generation (``agentic_rl.models.generate.generate_batched``): tokens/s;
 2. SFT (``agentic_rl.train.sft.run``) with LoRA and bf16 for ``--sft-steps`` steps;
 3. GRPO (``agentic_rl.train.grpo.run``) with LoRA and bf16 for ``--grpo-steps`` steps (random weights never stop
    early, so every completion runs to ``--completion-length``: the worst case for generation time).
@@ -101,8 +101,8 @@ def build_model(out: Path, layers: int, smoke: bool = False) -> tuple[Path, int]
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from agentic_rl.models.tiny import (BOS_TOKEN, QWEN3_STYLE_CHAT_TEMPLATE, default_tokenizer_corpus,
-                                        save_model_dir, train_tokenizer)
+    from agentic_rl.data.synthetic import default_tokenizer_corpus
+    from agentic_rl.models.tiny import BOS_TOKEN, QWEN3_STYLE_CHAT_TEMPLATE, save_model_dir, train_tokenizer
 
     tokenizer = train_tokenizer(default_tokenizer_corpus(2000, seed=0), vocab_size=1024,
                                 chat_template=QWEN3_STYLE_CHAT_TEMPLATE)
@@ -187,7 +187,7 @@ def metrics_jsonl(path: Path) -> list[dict]:
 
 def check_generate(model_dir: Path, args) -> dict:
     from agentic_rl.data.formats import build_prompt
-    from agentic_rl.eval.generation import generate_batched
+    from agentic_rl.models.generate import generate_batched
     from agentic_rl.models.loading import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(str(model_dir), for_training=False)

@@ -46,7 +46,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     Loads with ``AutoModelForCausalLM/AutoTokenizer.from_pretrained``; eos = ``<|im_end|>``, pad = ``<|endoftext|>``.
     Built in a few seconds; untrained, so it writes gibberish — use it for plumbing, not for learning.
     """
-    from agentic_rl.models.tiny import build_tiny_model, default_tokenizer_corpus, save_model_dir, train_tokenizer
+    from agentic_rl.data.synthetic import default_tokenizer_corpus
+    from agentic_rl.models.tiny import build_tiny_model, save_model_dir, train_tokenizer
 
     path = tmp_path_factory.mktemp("tiny_model")
     tokenizer = train_tokenizer(default_tokenizer_corpus(2000, seed=0), vocab_size=512)
@@ -60,8 +61,9 @@ def qwen3_shape_dir(tmp_path_factory) -> Path:
     (Qwen3ForCausalLM, head_dim 128, GQA 2:1, q/k-norm, tied embeddings, rope 1e6) scaled to 2 layers / hidden 128,
     with a tokenizer whose chat template has Qwen3's thinking behaviour (``enable_thinking=False`` -> empty think block).
     """
-    from agentic_rl.models.tiny import (QWEN3_STYLE_CHAT_TEMPLATE, build_qwen3_shape_model, default_tokenizer_corpus,
-                                        save_model_dir, train_tokenizer)
+    from agentic_rl.data.synthetic import default_tokenizer_corpus
+    from agentic_rl.models.tiny import (QWEN3_STYLE_CHAT_TEMPLATE, build_qwen3_shape_model, save_model_dir,
+                                        train_tokenizer)
 
     path = tmp_path_factory.mktemp("qwen3_shape")
     tokenizer = train_tokenizer(default_tokenizer_corpus(2000, seed=1), vocab_size=512,

@@ -206,7 +206,7 @@ def test_tune_scores_environment_trials_by_their_episodes(tiny_model_dir, tmp_pa
 
     out = tmp_path / "search"
     result = tune(TuneConfig(
-        stage="grpo", search="grid", seed=0, output_dir=str(out), search_space={"learning_rate": [1e-3, 2e-3]},
+        stage="grpo", search="grid", seed=0, output_dir=str(out), space={"learning_rate": [1e-3, 2e-3]},
         prune=False, budget_steps=1, eval_samples=2, max_new_tokens=32,
         fixed={"model": str(tiny_model_dir), "environment": "calculator", "dataset": "synthetic:multiplication",
                "max_train_samples": 4, "num_generations": 2, "batch_size": 2, "max_completion_length": 32,
@@ -238,13 +238,13 @@ def test_rl_training_tool_trains_and_evaluates_in_an_environment(tiny_model_dir,
     assert "accuracy_without_tools" in text and "success_at_2" in text
 
 
-def test_the_readme_example_environment_trains_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
-    """The class in the README, taken from the README, through the README's three commands (fewer steps)."""
+def test_the_guide_example_environment_trains_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
+    """The class in the environments guide, taken from it, through the guide's three commands (fewer steps)."""
     import re
 
     from agentic_rl.cli import main
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "environments.md").read_text()
     code = re.search(r"```python\n# my_envs.py\n(.*?)```", readme, re.S).group(1)
     commands = re.search(r"```bash\nexport PYTHONPATH=\$PWD.*?\n(agentic-rl sft .*?)```", readme, re.S).group(1)
     (tmp_path / "my_envs.py").write_text(code)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agentic_rl.data.formats import build_prompt, render_prompt
-from agentic_rl.eval.generation import (
+from agentic_rl.models.generate import (
     GenerationResult,
     _compact_supported,
     _decode,
@@ -162,7 +162,7 @@ def test_engines_match_the_naive_loop_with_uneven_ends(early_stopping, engine, p
     """Prefill chunk 2: the prompts are prefilled in three chunks of different widths whose caches are joined.
     Remove fraction 1: ended sequences stay in the batch until all have ended (the default removes them at once
     from a batch this small)."""
-    import agentic_rl.eval.generation as generation
+    import agentic_rl.models.generate as generation
 
     if prefill_chunk:
         monkeypatch.setattr(generation, "PREFILL_CHUNK", prefill_chunk)
@@ -180,7 +180,7 @@ def test_engines_match_the_naive_loop_with_uneven_ends(early_stopping, engine, p
 
 def test_compact_engine_prefills_repeated_prompts_once_with_the_same_result(early_stopping, monkeypatch):
     """GRPO groups and pass@k repeat prompts: each distinct one is prefilled once and its cache copied to its rows."""
-    import agentic_rl.eval.generation as generation
+    import agentic_rl.models.generate as generation
 
     model, tok, prompts = early_stopping
     repeated = [prompts[i] for i in (3, 0, 3, 1, 0, 4, 2, 3)]

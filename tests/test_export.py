@@ -147,29 +147,6 @@ def test_search_order_in_run_directories(tmp_path):
         resolve_source(tmp_path / "empty")
 
 
-def test_a_run_directory_of_an_earlier_version_is_a_one_line_error_not_another_pick(tmp_path, capsys):
-    """Earlier versions wrote SFT's and GRPO's model to merged/ (model/ now): export says so instead of exporting
-    GRPO's best/ or an SFT adapter in its place."""
-    from agentic_rl.cli import main
-
-    root = tmp_path / "run"
-    _fake_model(root / "grpo" / "merged")
-    _fake_model(root / "grpo" / "best")
-    _fake_adapter(root / "sft" / "adapter")
-    _fake_model(root / "sft" / "merged")
-    renamed = r"grpo/merged: the folder of a stage's model was renamed to model/; rename it \(mv .*\) or re-run"
-    for source, stage in ((root, None), (root / "grpo", None), (root, "sft")):
-        with pytest.raises(ConfigError, match=renamed.replace("grpo", stage or "grpo")):
-            resolve_source(source, stage)
-    assert main(["export", str(root), "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert err == (f"error: {root / 'grpo' / 'merged'}: the folder of a stage's model was renamed to model/; rename "
-                   f"it (mv {root / 'grpo' / 'merged'} {root / 'grpo' / 'model'}) or re-run the stage\n")
-    assert not (tmp_path / "out").exists()
-    (root / "grpo" / "merged").rename(root / "grpo" / "model")  # what the message says to do
-    assert resolve_source(root) == root / "grpo" / "model"
-
-
 def test_user_errors_are_one_line_cli_errors(tiny_model_dir, tmp_path, capsys):
     from agentic_rl.cli import main
 

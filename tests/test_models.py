@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from agentic_rl.data.formats import render_prompt, sft_row
+from agentic_rl.data.synthetic import default_tokenizer_corpus
 from agentic_rl.errors import ConfigError, ModelLoadError
 from agentic_rl.models.loading import count_parameters, load_model_and_tokenizer, resolve_dtype
-from agentic_rl.models.tiny import (QWEN3_STYLE_CHAT_TEMPLATE, build_tiny_model, default_tokenizer_corpus,
-                                    train_tokenizer)
+from agentic_rl.models.tiny import QWEN3_STYLE_CHAT_TEMPLATE, build_tiny_model, train_tokenizer
 
 ROW = sft_row("Tom has 12 apples and buys 30 more. How many apples does he have?", ["12 + 30 = 42"], "42")
 TOOL_CHAT = [
@@ -49,7 +49,7 @@ def test_digits_are_single_tokens_and_specials_exist(tokenizer):
 def test_tool_use_corpus_makes_a_calculator_episode_few_tokens():
     """With ``tool_use`` (pretraining's ``tool_call_tokens``) the call wrapper, role names and agent system prompt are
     frequent enough to be merged: an episode is far shorter, numbers stay one token per digit."""
-    from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT
+    from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT, tool_call_scaffold
     from agentic_rl.agent.tool_format import render_tool_call
 
     call = render_tool_call("calculator", {"expression": "1482+32"})
@@ -57,7 +57,8 @@ def test_tool_use_corpus_makes_a_calculator_episode_few_tokens():
                {"role": "assistant", "content": call}, {"role": "tool", "content": "1514", "name": "calculator"}]
     lengths = {}
     for tool_use in (False, True):
-        tok = train_tokenizer(default_tokenizer_corpus(2000, seed=3, tool_use=tool_use), vocab_size=1024)
+        scaffold = tool_call_scaffold(2000, seed=3) if tool_use else []
+        tok = train_tokenizer(default_tokenizer_corpus(2000, seed=3, scaffold=scaffold), vocab_size=1024)
         text = tok.apply_chat_template(episode, tokenize=False, add_generation_prompt=True)
         lengths[tool_use] = (len(tok.tokenize(call)), len(tok.tokenize(text)))
         assert [t for t in tok.tokenize(call) if t.isdigit()] == list("148232")

@@ -151,7 +151,7 @@ def test_a_typo_in_a_stage_section_fails_before_any_training(tmp_path):
     ("lr_scheduler_type", "sometimes", r"lr_scheduler_type"),    # not one of the choices
 ])
 def test_a_bad_value_in_the_last_stage_fails_before_the_first_stage_runs(tmp_path, key, value, message):
-    """Issue #18: a pipeline YAML is checked in full (types, ranges, cross-field rules of every stage section)
+    """A pipeline YAML is checked in full (types, ranges, cross-field rules of every stage section)
     before pretraining starts, not when the run reaches that section."""
     config = load_pipeline_config(preset_path("quickstart-smoke"))
     path = tmp_path / "p.yaml"

@@ -136,7 +136,8 @@ def test_config_checks():
 def test_tool_call_tokens_setting_reaches_the_tokenizer_corpus(tmp_path, monkeypatch):
     """`tool_call_tokens` is what decides whether the tokenizer is trained on the tool-call scaffolding (off by
     default: the single-turn quickstart's tokenizer stays as it was measured)."""
-    import agentic_rl.models.tiny as tiny
+    import agentic_rl.data.synthetic as synthetic
+    from agentic_rl.agent.tasks import tool_call_scaffold
 
     class Stop(Exception):
         pass
@@ -144,13 +145,13 @@ def test_tool_call_tokens_setting_reaches_the_tokenizer_corpus(tmp_path, monkeyp
     seen = []
 
     def spy(*args, **kwargs):
-        seen.append(kwargs.get("tool_use"))
+        seen.append(list(kwargs.get("scaffold", ())))
         raise Stop
 
-    monkeypatch.setattr(tiny, "default_tokenizer_corpus", spy)
+    monkeypatch.setattr(synthetic, "default_tokenizer_corpus", spy)
     for flag in (False, True):
         with pytest.raises(Stop):
             run(PretrainConfig(output_dir=str(tmp_path / str(flag)), corpus_lines=200, exclude_test=10,
                                tool_call_tokens=flag, report_to="none"))
-    assert seen == [False, True]
+    assert seen == [[], tool_call_scaffold(500, 1)]  # 500: the extra corpus's floor; seed: the run's seed + 1
     assert PretrainConfig().tool_call_tokens is False

@@ -230,7 +230,7 @@ def judge_module(tmp_path):
 
 
 def test_best_and_worst_skip_ties_and_unscorable_samples():
-    from agentic_rl.data.preferences import best_and_worst
+    from agentic_rl.train.preferences import best_and_worst
 
     assert best_and_worst([0.0, 1.0, 0.0, 1.0], 0.0) == (1, 0)
     assert best_and_worst([1.0, 1.0, 1.0], 0.0) is None
@@ -240,7 +240,7 @@ def test_best_and_worst_skip_ties_and_unscorable_samples():
 
 
 def test_preferences_writes_pairs_whose_chosen_outscores_rejected(tiny_model_dir, tmp_path, judge_module):
-    from agentic_rl.data.preferences import PreferencesConfig, run
+    from agentic_rl.train.preferences import PreferencesConfig, run
     from agentic_rl.train.reward_model import load_pairs
 
     cfg = config_from_dict(PreferencesConfig, dict(model=str(tiny_model_dir), output_dir=str(tmp_path / "pref"),
@@ -264,7 +264,7 @@ def test_preferences_writes_pairs_whose_chosen_outscores_rejected(tiny_model_dir
 
 
 def test_preferences_config_needs_two_samples_and_sampling():
-    from agentic_rl.data.preferences import PreferencesConfig
+    from agentic_rl.train.preferences import PreferencesConfig
 
     with pytest.raises(ConfigError, match="^num_samples must be >= 2, got 1$"):
         PreferencesConfig(model="m", num_samples=1)

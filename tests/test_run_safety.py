@@ -1,4 +1,4 @@
-"""Nothing the user did not ask to lose is deleted or overwritten (issue 16, class 1).
+"""Nothing the user did not ask to lose is deleted or overwritten.
 
 ``--fresh`` deletes only a run directory this project created, after the whole configuration validated; a stage run
 into a finished run refuses unless ``--resume`` / ``--overwrite``, and touches nothing before its model, data and
@@ -114,13 +114,13 @@ def test_fresh_replaces_a_run_directory_it_created(tiny_model_dir, tmp_path):
     assert not (out / "stale.txt").exists() and (out / "export" / "model.safetensors").is_file()
 
 
-def _finished_stage_run(out: Path, config, stage: str, finished: str) -> dict[str, str]:
-    """A finished run of ``stage`` in ``out``, marked as the stage marks it; returns its snapshot."""
-    from agentic_rl.runs import claim_stage_dir
+def _finished_stage_run(out: Path, config, stage: str) -> dict[str, str]:
+    """A finished run of ``stage`` in ``out``, marked as every stage marks it; returns its snapshot."""
+    from agentic_rl.runs import StageRun
 
-    claim_stage_dir(out, config, stage=stage, resuming=False)
-    (out / finished).parent.mkdir(parents=True, exist_ok=True)
-    (out / finished).write_text("{}")
+    run = StageRun(out, config, stage=stage)
+    run.claim()
+    run.finish({})
     return _snapshot(out)
 
 
@@ -128,7 +128,7 @@ def test_a_pipeline_never_writes_into_or_fresh_deletes_a_stage_run(tiny_model_di
     from agentic_rl.train.sft import SFTConfig
 
     out = tmp_path / "sft"  # `agentic-rl sft` ran here; then `pipeline --output-dir runs/sft` by mistake
-    before = _finished_stage_run(out, SFTConfig(model=str(tiny_model_dir)), "sft", "metrics.json")
+    before = _finished_stage_run(out, SFTConfig(model=str(tiny_model_dir)), "sft")
     with pytest.raises(ConfigError, match=r"holds a sft run, not a pipeline run"):
         run_pipeline(_pipeline(tiny_model_dir, out))
     assert _snapshot(out) == before
@@ -143,10 +143,10 @@ def test_a_pipeline_never_writes_into_or_fresh_deletes_a_stage_run(tiny_model_di
 
 def test_the_refusal_names_only_flags_the_command_has(tmp_path, capsys):
     """preferences has --overwrite but no --resume: the message must not suggest it."""
-    from agentic_rl.data.preferences import PreferencesConfig
+    from agentic_rl.train.preferences import PreferencesConfig
 
     out = tmp_path / "preferences"
-    _finished_stage_run(out, PreferencesConfig(model="m"), "preferences", "stats.json")
+    _finished_stage_run(out, PreferencesConfig(model="m"), "preferences")
     assert main(["preferences", "--model", "m", "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (f"error: {out} already holds a finished preferences run; pass --overwrite to replace it, or "
@@ -184,21 +184,21 @@ def test_overwrite_removes_every_output_an_earlier_grpo_run_wrote(tiny_model_dir
     import inspect
     import re
 
-    from agentic_rl.runs import claim_stage_dir
+    from agentic_rl.runs import FINISHED_MARKER, StageRun
     from agentic_rl.train import grpo
 
     written = set(re.findall(r'\bout / "([^"]+)"', inspect.getsource(grpo))) - {"config.yaml"}
-    assert {"difficulty.json", "result.json", "best"} <= written
+    assert {"difficulty.json", "best"} <= written
     out = tmp_path / "grpo"
-    for name in written | {"checkpoint-3"}:
+    for name in written | {"checkpoint-3", FINISHED_MARKER}:
         if "." in name:
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             (out / name).write_text("from the earlier run")
         else:
             (out / name).mkdir(parents=True)
             (out / name / "weights").write_text("from the earlier run")
-    claim_stage_dir(out, _grpo_config(tiny_model_dir, out), stage="grpo", stale=grpo.GRPO_OUTPUTS, resuming=False)
-    assert sorted(p.name for p in out.iterdir()) == [RUN_MARKER]
+    StageRun(out, _grpo_config(tiny_model_dir, out), stage="grpo").claim()
+    assert sorted(p.name for p in out.iterdir()) == [RUN_MARKER, "config.yaml"]
 
 
 def test_a_misspelt_reward_leaves_a_finished_grpo_run_byte_identical(finished_grpo, tiny_model_dir):
@@ -347,92 +347,3 @@ def test_an_sft_adapter_exports_only_onto_the_base_it_was_trained_on(tiny_model_
     assert err[-1].startswith("error: the adapter in") and "another base model" in err[-1]
     # Its own base (found through adapter_config.json) exports.
     assert (export(ExportConfig(source=str(adapter), out=str(tmp_path / "right"))) / "model.safetensors").is_file()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# A run directory of an earlier version: the stage's model in merged/ (model/ now)
-# ---------------------------------------------------------------------------------------------------------------
-
-def _renamed_error(stage_dir: Path) -> str:
-    return (f"{stage_dir / 'merged'}: the folder of a stage's model was renamed to model/; rename it "
-            f"(mv {stage_dir / 'merged'} {stage_dir / 'model'}) or re-run the stage")
-
-
-def _as_earlier_version(run: Path, stage: str) -> None:
-    """What an earlier version left: the stage's model in merged/, and every path recorded to it (stage results,
-    settings in markers and configs, the summary) naming merged/."""
-    (run / stage / "model").rename(run / stage / "merged")
-    for path in run.rglob("*"):
-        if path.is_file() and (path.suffix in (".json", ".yaml") or path.name == RUN_MARKER):
-            path.write_text(path.read_text().replace(str(run / stage / "model"), str(run / stage / "merged")))
-
-
-def test_a_pipeline_run_of_an_earlier_version_is_reused_only_once_its_model_folder_is_renamed(tiny_model_dir,
-                                                                                             tmp_path, capsys):
-    from agentic_rl.config import save_config
-
-    out = tmp_path / "run"
-
-    def config() -> PipelineConfig:
-        return _pipeline(tiny_model_dir, out, stages=["sft", "export"], evaluate_stages=True, eval_samples=4,
-                         eval={"max_new_tokens": 8})
-
-    first = run_pipeline(config())
-    assert (out / "sft" / "model" / "model.safetensors").is_file() and not list(out.rglob("merged"))
-    _as_earlier_version(out, "sft")
-    assert "sft/merged" in (out / "sft" / "stage.json").read_text()  # the old layout, paths and all
-    before = _snapshot(out)
-    with pytest.raises(ConfigError, match="^" + _renamed_error(out / "sft").replace("(", r"\(").replace(")", r"\)")):
-        run_pipeline(config())
-    save_config(config(), tmp_path / "pipeline.yaml")
-    assert main(["pipeline", "--config", str(tmp_path / "pipeline.yaml")]) == 2
-    err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1] == f"error: {_renamed_error(out / 'sft')}" and "Traceback" not in err
-    assert _snapshot(out) == before  # nothing re-run, nothing overwritten
-    # Renamed as the message says: every stage is reused (the recorded merged/ paths now match model/).
-    (out / "sft" / "merged").rename(out / "sft" / "model")
-    again = run_pipeline(config())
-    err = capsys.readouterr().err
-    assert "starting" not in err and "other settings" not in err
-    assert err.count("already done") == 4  # sft, export and the two evaluations
-    assert again["stages"]["sft"]["model_dir"] == str(out / "sft" / "model")
-    assert again["stages"]["sft"]["accuracy"] == first["stages"]["sft"]["accuracy"]
-
-
-def test_a_stage_directory_of_an_earlier_version_is_a_one_line_error_wherever_its_model_is_looked_up(tmp_path,
-                                                                                                      capsys,
-                                                                                                      monkeypatch):
-    from agentic_rl.rewards.reward_model import load_reward_model
-    from agentic_rl.runs import claim_stage_dir
-    from agentic_rl.tools.rl_training import RLTrainingTool
-    from agentic_rl.train.sft import SFT_OUTPUTS, SFTConfig
-
-    monkeypatch.chdir(tmp_path)
-    old = tmp_path / "sft"  # a finished SFT run as an earlier version wrote it
-    (old / "merged").mkdir(parents=True)
-    (old / "merged" / "config.json").write_text("{}")
-    (old / "metrics.json").write_text("{}")
-    (old / RUN_MARKER).write_text('{"created_by": "agentic-rl", "kind": "sft"}')
-    before = _snapshot(tmp_path)
-    message = _renamed_error(old)
-    # --resume would train on and leave the old model beside the new one; eval (and every stage's --model) would
-    # find no model in the stage directory
-    for argv in (["sft", "--model", "m", "--output-dir", str(old), "--resume"],
-                 ["eval", str(old), "--output-dir", str(tmp_path / "eval")]):
-        assert main(argv) == 2, argv
-        err = capsys.readouterr().err
-        assert err.strip().splitlines()[-1] == f"error: {message}" and "Traceback" not in err, argv
-    assert _snapshot(tmp_path) == before and not (tmp_path / "eval").exists() and not (tmp_path / "runs").exists()
-    with pytest.raises(ConfigError, match="renamed to model/"):
-        load_reward_model(old)  # the reward model's run directory as a reward
-    tool = RLTrainingTool(tmp_path / "tool")  # the rl_training tool's registry of earlier runs
-    tool.runs["sft_1"] = {"model_dir": str(old / "merged")}
-    with pytest.raises(ConfigError, match="renamed to model/"):
-        tool._model_path("sft_1")
-    # --overwrite replaces the earlier run: its merged/ goes with the rest of its outputs
-    claim_stage_dir(old, SFTConfig(overwrite=True), stage="sft", stale=SFT_OUTPUTS, resuming=False)
-    assert not (old / "merged").exists() and not (old / "metrics.json").exists()
-    # Renamed, the registry's recorded path follows it.
-    (old / "model").mkdir()
-    tool.runs["sft_2"] = {"model_dir": str(old / "merged")}
-    assert tool._model_path("sft_2") == str(old / "model")

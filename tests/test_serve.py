@@ -484,3 +484,17 @@ def test_a_client_that_hangs_up_stops_its_generation(model_dir):
                            json={"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
         assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 2
         assert calls == [1, 1, 1, 1, 2, 2]  # the hung-up request's generate ran 4 forward passes, not 400
+
+
+def test_per_row_sampling_and_stop_strings_keep_each_rows_settings():
+    """One batch, three rows: greedy keeps only the argmax, temperature 2 halves the scores, top-p 0.5 keeps the one
+    token that already covers half the mass; stop strings cut text and hold back a partial match from the stream."""
+    from agentic_rl.deploy.per_row import PerRowSampling, held_back, stop_cut
+
+    scores = torch.tensor([[1.0, 3.0, 2.0]] * 3)
+    out = PerRowSampling(torch.tensor([[0.0], [2.0], [1.0]]), torch.tensor([[1.0], [1.0], [0.5]]))(None, scores)
+    assert torch.isinf(out[0]).tolist() == [True, False, True]
+    assert torch.allclose(out[1], scores[1] / 2)
+    assert torch.isinf(out[2]).tolist() == [True, False, True]  # softmax puts 0.67 on the argmax
+    assert stop_cut("12 STOP 34", ["STOP", "34"]) == ("12 ", True) and stop_cut("12", ["STOP"]) == ("12", False)
+    assert held_back("Final: ST", ["STOP"]) == 2 and held_back("Final", ["STOP"]) == 0

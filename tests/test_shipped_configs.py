@@ -70,12 +70,12 @@ def test_project_yaml_loads_into_its_schema(path):
 
     data = yaml.safe_load(path.read_text())
     assert isinstance(data, dict), f"{path}: top level must be a mapping"
-    if "search_space" in data:  # a hyper-parameter search file
+    if "space" in data:  # a hyper-parameter search file
         from agentic_rl.tune import TuneConfig, base_values, parse_space, stage_class, validate_space
 
         tune = config_from_dict(TuneConfig, data, where=str(path))
         cls, _ = stage_class(tune.stage)
-        validate_space(cls, parse_space(tune.search_space, tune.params), base_values(tune, cls), tune.search)
+        validate_space(cls, parse_space(tune.space, tune.params), base_values(tune, cls), tune.search)
         return
     from agentic_rl.pipeline import _check_sections, load_pipeline_config
 
@@ -100,9 +100,9 @@ def test_gpu_preset_is_the_seed_band():
 
 
 @pytest.mark.parametrize("preset, bf16", [("quickstart", True), ("quickstart-agentic", False)])
-def test_presets_train_in_the_precision_they_were_measured_in(monkeypatch, preset, bf16):
-    """On a CPU with bf16 instructions the single-turn quickstart takes the stages' bf16 default; the agentic preset
-    learned worse in bf16 (docs/results-agentic.md) and pins fp32 in every training stage, its control included."""
+def test_each_preset_resolves_to_its_precision_setting(monkeypatch, preset, bf16):
+    """On a CPU with bf16 instructions the single-turn quickstart takes the stages' bf16 default, while the agentic
+    preset's `bf16: false` holds in every training stage, its control included."""
     from agentic_rl import utils
     from agentic_rl.pipeline import (_section, _stage_class, _stage_config, _train_defaults, load_pipeline_config,
                                      preset_path)

@@ -400,7 +400,7 @@ def test_median_pruner_stops_trials_below_the_median(tmp_path):
 
 def _tiny_sft_tune(tiny_model_dir, out: Path, **overrides) -> TuneConfig:
     spec = {"stage": "sft", "search": "grid", "seed": 0, "output_dir": str(out),
-            "search_space": {"learning_rate": [1e-3, 2e-3]}, "prune": False, "budget_steps": 3, "eval_samples": 1,
+            "space": {"learning_rate": [1e-3, 2e-3]}, "prune": False, "budget_steps": 3, "eval_samples": 1,
             "max_new_tokens": 2, "fixed": {"model": str(tiny_model_dir), "max_train_samples": 8, "batch_size": 2,
                                            "report_to": "none", "save_steps": 1, "max_length": 128}}
     return TuneConfig(**{**spec, **overrides})
@@ -436,7 +436,7 @@ def test_a_diverging_trial_is_pruned_and_the_search_goes_on(tiny_model_dir, tmp_
 
     monkeypatch.setattr(tune, "stage_class", stage_class)
     out = tmp_path / "search"
-    config = _tiny_sft_tune(tiny_model_dir, out, search_space={"learning_rate": [1e-3, 2e-3, 3e-3]}, keep_models=True)
+    config = _tiny_sft_tune(tiny_model_dir, out, space={"learning_rate": [1e-3, 2e-3, 3e-3]}, keep_models=True)
     result = tune.run(config)  # one diverging trial does not stop the search
 
     trials = {t.number: t for t in _trials(out)}
@@ -495,7 +495,7 @@ def test_two_sft_workers_then_the_best_yaml_reproduces_its_trial(tmp_path, tiny_
 
     out = tmp_path / "search"
     spec = {"stage": "sft", "search": "random", "trials": 4, "seed": 0, "output_dir": str(out),
-            "search_space": {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
+            "space": {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
                              "lora_r": [4, 8]},
             "fixed": {"model": str(tiny_model_dir), "max_train_samples": 32, "batch_size": 4, "report_to": "none",
                       "logging_steps": 1},
@@ -580,7 +580,7 @@ def test_real_sft_trial_killed_mid_training_is_cleaned_and_rerun(tmp_path, tiny_
 
     out = tmp_path / "search"
     spec = {"stage": "sft", "search": "random", "trials": 1, "seed": 0, "output_dir": str(out),
-            "search_space": {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+            "space": {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
             "heartbeat_interval": 1, "grace_period": 2,
             "fixed": {"model": str(tiny_model_dir), "max_train_samples": 16, "batch_size": 4, "report_to": "none",
                       "save_steps": 1},
@@ -625,7 +625,7 @@ def test_trials_are_scored_on_the_prompt_and_columns_they_were_trained_with(tiny
                 for i in range(1, 9)]
         (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "search"
-    run(_tiny_sft_tune(tiny_model_dir, out, search_space={"learning_rate": [1e-3]}, budget_steps=1, eval_samples=2,
+    run(_tiny_sft_tune(tiny_model_dir, out, space={"learning_rate": [1e-3]}, budget_steps=1, eval_samples=2,
                        fixed={"model": str(tiny_model_dir), "max_train_samples": 4, "batch_size": 2,
                               "report_to": "none", "save_steps": 1, "max_length": 128, "system_prompt": "",
                               "dataset": str(data), "question_field": "problem", "answer_field": "solution"}))

@@ -10,7 +10,6 @@ list of outputs, or as a path anywhere in the package's code) fails here too.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import typing
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import yaml
 from agentic_rl.cli import COMMANDS, build_parser, main
 from agentic_rl.config import RENAMED, config_from_args, config_from_dict, load_config
 from agentic_rl.errors import ConfigError
+from agentic_rl.stages import STAGES
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_YAML = sorted(p for d in (REPO / "configs", REPO / "src" / "agentic_rl" / "configs") for p in d.glob("*.yaml"))
@@ -40,15 +40,11 @@ VOCABULARY: dict[str, tuple[str, set[str]]] = {
     "synthetic-data seed": ("synthetic_seed", {"data_seed", "synthetic_data_seed", "task_seed", "dataset_seed"}),
     "LoRA or full fine-tuning": ("full", {"use_lora", "lora", "use_peft", "full_finetune", "full_fine_tuning",
                                          "finetune_type"}),
-    # not a setting but a folder: <stage>/model/ in every stage's run directory (SFT, GRPO, the reward model wrote
-    # merged/ before)
+    # not a setting but a folder: <stage>/model/ in every stage's run directory
     "model output folder": ("model", {"merged", "merged_model", "final_model", "output_model", "model_final"}),
 }
-#: Each stage that trains a model: its module and the tuple of what it writes into its run directory.
-STAGE_OUTPUTS = {"pretrain": ("agentic_rl.train.pretrain", "PRETRAIN_OUTPUTS"),
-                 "sft": ("agentic_rl.train.sft", "SFT_OUTPUTS"),
-                 "grpo": ("agentic_rl.train.grpo", "GRPO_OUTPUTS"),
-                 "reward-model": ("agentic_rl.train.reward_model", "REWARD_MODEL_OUTPUTS")}
+#: Each stage that trains a model (what it writes into its run directory is in the table of stages).
+TRAINING_STAGES = [name for name, stage in STAGES.items() if stage.trains]
 # ``max_samples`` was both the training-set size (SFT) and the held-out size (evaluation), and SFT's
 # ``synthetic_train_size`` its training-set size too: in the stages that train or evaluate they are no names at all.
 # (The data tools and the reward model keep ``max_samples`` for "rows drawn from a source", and the data tools
@@ -141,20 +137,22 @@ def test_shipped_yaml_uses_one_name_per_concept(path):
             assert isinstance(value, list), f"{path.name}: {where} should be a list, as in every stage"
 
 
-@pytest.mark.parametrize("stage", list(STAGE_OUTPUTS))
+def test_the_training_stages_are_known():
+    assert set(TRAINING_STAGES) == {"pretrain", "sft", "grpo", "reward-model"}
+
+
+@pytest.mark.parametrize("stage", TRAINING_STAGES)
 def test_every_stage_writes_its_model_to_the_one_model_folder(stage):
     from agentic_rl.runs import MODEL_FOLDER
 
     name, other_names = VOCABULARY["model output folder"]
-    module, constant = STAGE_OUTPUTS[stage]
-    outputs = getattr(importlib.import_module(module), constant)
+    outputs = STAGES[stage].writes
     assert MODEL_FOLDER == name and name in outputs, f"{stage} does not write {name}/"
     assert not set(outputs) & other_names, f"{stage} writes its model to {sorted(set(outputs) & other_names)}"
 
 
 def test_no_code_names_the_model_folder_otherwise():
-    """A path component such as ``out / "merged"`` or ``"runs/sft/merged"`` anywhere in the package fails; only the
-    constant that recognises run directories of earlier versions may hold the old name."""
+    """A path component such as ``out / "merged"`` or ``"runs/sft/merged"`` anywhere in the package fails."""
     import ast
 
     _, other_names = VOCABULARY["model output folder"]
@@ -169,7 +167,7 @@ def test_no_code_names_the_model_folder_otherwise():
                     and not any(c.isspace() for c in node.value)
                     and set(node.value.strip("/").split("/")) & other_names):
                 found.append((str(path.relative_to(package)), assigned.get(id(node), node.lineno)))
-    assert found == [("runs.py", "OLD_MODEL_FOLDER")]
+    assert found == []
 
 
 # ---------------------------------------------------------------------------------------------------------------

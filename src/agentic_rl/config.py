@@ -470,8 +470,10 @@ def config_from_args(cls: type[T], args: argparse.Namespace, yaml_path: str | Pa
     if yaml_path:
         data = read_yaml(yaml_path)
         if section is not None and isinstance(data.get(section), dict):
-            # A pipeline file: take the stage's section, plus the shared top-level keys the stage also has.
-            shared = {k: v for k, v in data.items() if k in PIPELINE_SHARED_KEYS and k in fields}
+            # A pipeline file: the stage's section over the top-level settings the pipeline would give the stage.
+            from agentic_rl.stages import STAGES, inherited_settings
+
+            shared = inherited_settings(data, section, cls) if section in STAGES else {}
             data = {**shared, **data[section]}
             where = f"{yaml_path} [{section}]"
         else:
@@ -480,7 +482,3 @@ def config_from_args(cls: type[T], args: argparse.Namespace, yaml_path: str | Pa
     values.update(overrides)
     return config_from_dict(cls, values, where=where)
 
-
-# Top-level keys of a pipeline YAML that a single stage run with that file inherits (`agentic-rl sft --config
-# pipeline.yaml` reads the `sft:` section plus these).
-PIPELINE_SHARED_KEYS = ("model", "dataset", "seed", "system_prompt")

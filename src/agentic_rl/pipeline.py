@@ -19,8 +19,7 @@ Everything lands in one run directory::
 
 Re-running skips stages whose ``<stage>/stage.json`` marker exists and records the same settings; a stage made with
 other settings (another seed, other steps) is an error, never silently reused or deleted: use a new ``--name`` or
-``--fresh``. A stage folder an earlier version wrote, with its model in ``merged/`` (now ``model/``), is an error
-that says to rename it, before anything runs; once renamed, the run is reused as before. A stage that was
+``--fresh``. A stage that was
 interrupted (checkpoints, no ``stage.json``) resumes from its last complete checkpoint when its settings match.
 ``--fresh`` deletes the run directory and starts over, only once the whole configuration has been validated, and only
 a directory this project created as a run directory (see ``agentic_rl.runs``).
@@ -38,10 +37,11 @@ from typing import Any, Callable
 from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import check_keys, config_from_dict, format_config, read_yaml, save_config, setting
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import (check_model_folder, check_run_name, create_run_root, delete_run_dir, describe,
-                             differing_keys, has_run, renamed_model_path, settings_of, stage_settings_mismatch,
-                             stored_settings)
-from agentic_rl.utils import log, read_json, warn, write_json
+from agentic_rl.runs import (FINISHED_MARKER, check_run_name, create_run_root, delete_run_dir, describe,
+                             differing_keys, finished_result, has_run, mark_finished, settings_of,
+                             stage_settings_mismatch)
+from agentic_rl.stages import PIPELINE_DEFAULTS, inherited_settings
+from agentic_rl.utils import log, warn, write_json
 
 STAGES = ["pretrain", "sft", "grpo", "sft_continued", "export"]
 #: The ladder without the compute-matched control (which costs as much as GRPO): what a pipeline runs by default.
@@ -58,14 +58,15 @@ class PipelineConfig(EnvironmentSettings):
     output_dir: str | None = setting(None, "run directory (default runs/<name>)")
     model: str = setting(EMBEDDED, "base model: a hub id (Qwen/Qwen3-0.6B), a local directory, or 'embedded' to "
                                    "pretrain the tiny base")
-    dataset: str = setting("synthetic", "task data: 'synthetic', a hub id (openai/gsm8k) or a local file/folder")
-    seed: int = setting(0, "random seed for data sampling, initialisation and training")
-    synthetic_seed: int = setting(0, "seed of the synthetic task, given to every stage (pretraining keeps its test "
-                                     "questions out)")
-    eval_samples: int = setting(500, "held-out problems every stage is evaluated on")
-    system_prompt: str | None = setting(None, "system message of every prompt in SFT, GRPO and evaluation: unset = "
-                                              "the standard instruction, '' = none (the embedded preset: shorter "
-                                              "prompts for the tiny model), or your own text")
+    dataset: str = setting(PIPELINE_DEFAULTS["dataset"],
+                           "task data: 'synthetic', a hub id (openai/gsm8k) or a local file/folder")
+    seed: int = setting(PIPELINE_DEFAULTS["seed"], "random seed for data sampling, initialisation and training")
+    synthetic_seed: int = setting(PIPELINE_DEFAULTS["synthetic_seed"], "seed of the synthetic task, given to every "
+                                  "stage (pretraining keeps its test questions out)")
+    eval_samples: int = setting(PIPELINE_DEFAULTS["eval_samples"], "held-out problems every stage is evaluated on")
+    system_prompt: str | None = setting(PIPELINE_DEFAULTS["system_prompt"], "system message of every prompt in SFT, "
+                                        "GRPO and evaluation: unset = the standard instruction, '' = none (the "
+                                        "embedded preset: shorter prompts for the tiny model), or your own text")
     stages: list[str] = setting(list(DEFAULT_STAGES),
                                 f"stages to run, in ladder order (any of {', '.join(STAGES)}; sft_continued is the "
                                 "compute-matched control: SFT continued from GRPO's starting model for GRPO's wall "
@@ -142,39 +143,32 @@ def _stage_config(cls: type, section: dict[str, Any], defaults: dict[str, Any], 
     return config_from_dict(cls, values, where=where)
 
 
-def _done_marker(path: Path) -> Path:
-    return path / "stage.json"
-
-
 def _other_settings_error(name: str, out: Path, differences: list[str]) -> ConfigError:
     return ConfigError(f"stage {name} in {out} was made with other settings: {describe(differences)}; use a new --name "
                        "(or --output-dir) for these settings, or --fresh to start the run over")
 
 
-def _run_stage(name: str, out: Path, fn: Callable[[], dict[str, Any]], summary: dict[str, Any] | None = None,
-               settings: Any = None) -> dict[str, Any]:
-    """Run one stage unless its marker says it finished with the same ``settings`` (the stage's resolved config);
-    record its wall time and model in the summary. A marker with other settings is an error."""
-    marker = _done_marker(out)
-    current = settings_of(settings) if settings is not None else None
-    if marker.is_file():
-        result = read_json(marker)
-        stored = stored_settings(marker)
-        if current is not None and stored is None:
-            warn(f"stage {name}: {marker} records no settings (made by an older version); reusing it unchecked")
-        elif current is not None:
-            differences = differing_keys(stored, current)
+def _run_stage(name: str, kind: str, out: Path, fn: Callable[[], dict[str, Any]],
+               summary: dict[str, Any] | None = None, settings: Any = None) -> dict[str, Any]:
+    """Run one stage (``kind``: its name in the table of stages) unless its finished marker says it finished with
+    the same ``settings`` (the stage's resolved config); record its wall time and model in the summary. A finished
+    stage with other settings is an error."""
+    result = finished_result(out)
+    if result is not None:
+        stored = result.pop("settings", None)
+        if settings is not None and not isinstance(stored, dict):
+            warn(f"stage {name}: {out / FINISHED_MARKER} records no settings; reusing it unchecked")
+        elif settings is not None:
+            differences = differing_keys(stored, settings_of(settings))
             if differences:
                 raise _other_settings_error(name, out, differences)
-        if isinstance(result.get("model_dir"), str):  # recorded as <stage>/merged by an earlier version, since renamed
-            result["model_dir"] = renamed_model_path(result["model_dir"])
         log(f"stage {name}: already done ({result.get('wall_time_s', 0):.0f}s), skipping — use --fresh to redo")
     else:
         log(f"stage {name}: starting")
         start = time.time()
         result = fn()
         result = {**result, "wall_time_s": round(time.time() - start, 1)}
-        write_json(marker, {**result, **({"settings": current} if current is not None else {})})
+        mark_finished(out, kind, result, settings)  # the stage's own marker, with the time the whole stage took
         log(f"stage {name}: done in {result['wall_time_s']:.0f}s")
     if summary is not None:
         summary["stages"].setdefault(name, {}).update(
@@ -191,10 +185,7 @@ def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, su
 
     sampled = sample_temperature is not None
     out = root / "eval" / (f"{label}-sampled" if sampled else label)
-    defaults = {"models": [model_dir], "dataset": config.dataset, "split": "test", "system_prompt": config.system_prompt,
-                "eval_samples": config.eval_samples, "seed": config.seed, "synthetic_seed": config.synthetic_seed,
-                "output_dir": str(out),
-                **_environment_defaults(config)}
+    defaults = _eval_defaults(config, model_dir, out)
     section = dict(config.eval)
     if sampled:
         section.update(num_samples=config.sampled_eval, temperature=sample_temperature, pass_at_k=[])
@@ -204,7 +195,7 @@ def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, su
         metrics = run_eval(eval_config)["models"][model_dir]
         return {"metrics": {k: v for k, v in metrics.items() if k != "predictions"}}
 
-    result = _run_stage(f"eval {out.name}", out, go, settings=eval_config)
+    result = _run_stage(f"eval {out.name}", "eval", out, go, settings=eval_config)
     metrics = result["metrics"]
     if sampled:
         summary["stages"].setdefault(label, {})["sampled"] = {
@@ -227,42 +218,54 @@ ENVIRONMENT_SUMMARY_KEYS = ("accuracy_without_tools", "tool_call_rate", "tool_er
                             "tool_calls_per_episode", "turns_per_episode", "attempts")  # and success_at_<k>
 
 
-def _environment_defaults(config: PipelineConfig) -> dict[str, Any]:
-    """The pipeline's environment settings, as every stage but pretraining receives them (only those that are set:
-    a stage's own defaults are the same)."""
-    return {} if config.environment is None else config.shared_environment_settings()
+#: What the pipeline sets per run in a stage's settings, on top of what the stage inherits from the top level
+#: (:func:`agentic_rl.stages.inherited_settings`): where it writes, and the model it starts from (the previous
+#: stage's; pretraining builds its own).
+PER_RUN_KEYS = ("output_dir", "model", "models")
 
 
 def _train_defaults(config: PipelineConfig, name: str, model_dir: str, out: Path) -> dict[str, Any]:
     """The values the pipeline gives a training stage (its section overrides them)."""
-    if name == "pretrain":
-        return {"output_dir": str(out), "seed": config.seed, "synthetic_seed": config.synthetic_seed}
-    return {"model": model_dir, "dataset": config.dataset, "seed": config.seed, "system_prompt": config.system_prompt,
-            "synthetic_seed": config.synthetic_seed, "output_dir": str(out), **_environment_defaults(config)}
+    stage = _table_name(name)
+    values = inherited_settings(config, stage, _stage_class(name))
+    if "model" in values:
+        values["model"] = model_dir
+    return {**values, "output_dir": str(out)}
+
+
+def _eval_defaults(config: PipelineConfig, model_dir: str, out: Path) -> dict[str, Any]:
+    """The values the pipeline gives an evaluation (the eval section overrides them)."""
+    from agentic_rl.eval.evaluate import EvalConfig
+
+    return {**inherited_settings(config, "eval", EvalConfig), "models": [model_dir], "split": "test",
+            "output_dir": str(out)}
 
 
 def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
     """Resolve every stage section into its typed config (key names, types and values) before anything runs or is
     deleted, so a typo or a bad value fails in the first second, not after SFT — or after ``--fresh``."""
-    from agentic_rl.eval.evaluate import EvalConfig
-
     root = root if root is not None else Path("runs") / config.name
     if config.environment is not None:  # the environment itself and its arguments, not only the setting names
         from agentic_rl.agent.settings import build_environment
 
         build_environment(config)
     for name in _train_stages(config):
-        cls = _stage_class(name)
-        section = _section(config, name)
-        check_keys(cls, section, where=f"{config.name}: {name}")
-        _stage_config(cls, section, _train_defaults(config, name, config.model, root / name),
-                      where=f"{config.name}: {name}")
-    _stage_config(EvalConfig, config.eval, {"models": [config.model], "dataset": config.dataset, "split": "test",
-                                            "system_prompt": config.system_prompt, "eval_samples": config.eval_samples,
-                                            "seed": config.seed, "synthetic_seed": config.synthetic_seed,
-                                            "output_dir": str(root / "eval"),
-                                            **_environment_defaults(config)},
-                  where=f"{config.name}: eval")
+        check_keys(_stage_class(name), _section(config, name), where=f"{config.name}: {name}")
+        resolve_stage_config(config, name, config.model, root)
+    resolve_stage_config(config, "eval", config.model, root)
+
+
+def resolve_stage_config(config: PipelineConfig, name: str, model_dir: str, root: Path) -> Any:
+    """A stage's typed config as this pipeline runs it (``name``: a training stage, or ``eval``), starting from
+    ``model_dir``, in the run directory ``root``: the stage's section over what the stage inherits from the top
+    level (:func:`agentic_rl.stages.inherited_settings`) and what the pipeline sets per run (:data:`PER_RUN_KEYS`)."""
+    if name == "eval":
+        from agentic_rl.eval.evaluate import EvalConfig
+
+        return _stage_config(EvalConfig, config.eval, _eval_defaults(config, model_dir, root / "eval"),
+                             where=f"{config.name}: eval")
+    return _stage_config(_stage_class(name), _section_over_defaults(config, name, model_dir, root), {},
+                         where=f"{config.name}: {name}")
 
 
 def _train_stages(config: PipelineConfig) -> list[str]:
@@ -276,16 +279,21 @@ def _section(config: PipelineConfig, name: str) -> dict[str, Any]:
     return getattr(config, name)
 
 
+def _table_name(name: str) -> str:
+    """A pipeline stage's name in the table of stages (the control is an SFT run)."""
+    return "sft" if name == "sft_continued" else name
+
+
 def _stage_class(name: str) -> type:
     from agentic_rl.stages import get_stage
 
-    return get_stage("sft" if name == "sft_continued" else name).config_class
+    return get_stage(_table_name(name)).config_class
 
 
 def _resume_interrupted(name: str, out: Path, values: dict[str, Any], cls: type, where: str) -> dict[str, Any]:
-    """A stage folder without ``stage.json`` but with a run in it was interrupted: resume it when its recorded
+    """A stage folder without its finished marker but with a run in it was interrupted: resume it when its recorded
     settings are these; refuse when they are not (never silently reuse or delete it)."""
-    if _done_marker(out).is_file() or not has_run(out):
+    if (out / FINISHED_MARKER).is_file() or not has_run(out):
         return values
     differences = stage_settings_mismatch(out, _stage_config(cls, values, {}, where=where))
     if differences:
@@ -294,13 +302,27 @@ def _resume_interrupted(name: str, out: Path, values: dict[str, Any], cls: type,
     return {**values, "resume": True}
 
 
+def _section_over_defaults(config: PipelineConfig, name: str, model_dir: str, root: Path) -> dict[str, Any]:
+    """A training stage's settings before they are typed: its section over what the pipeline gives it."""
+    return {**_train_defaults(config, name, model_dir, root / name), **_section(config, name)}
+
+
+def _run_training_stage(config: PipelineConfig, name: str, root: Path, values: dict[str, Any],
+                        summary: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Resolve and run (or reuse) one training stage of the ladder through the table of stages; returns its typed
+    config and its result."""
+    from agentic_rl.stages import get_stage
+
+    cls, run = get_stage(_table_name(name)).load()
+    out, where = root / name, f"{config.name}: {name}"
+    cfg = _stage_config(cls, _resume_interrupted(name, out, values, cls, where), {}, where=where)
+    return cfg, _run_stage(name, _table_name(name), out, lambda: _jsonable(run(cfg)), summary, settings=cfg)
+
+
 def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     root = Path(config.output_dir) if config.output_dir else Path("runs") / config.name
     print(format_config(config, "pipeline"))
     _check_sections(config, root)  # the whole configuration first: nothing is deleted or written before it passes
-    if not config.fresh:  # a stage folder of an earlier version (merged/, now model/) would be reused or redone
-        for name in _train_stages(config):
-            check_model_folder(root / name)
     if config.fresh and root.exists():
         delete_run_dir(root, "pipeline")  # only a run directory this project created, never the cwd, home or a parent
     new_run = not has_run(root)
@@ -314,37 +336,24 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
 
     # --- 1. pretrain (embedded tiny base only) ----------------------------------------------------------------
     if "pretrain" in config.stages:
-        from agentic_rl.train.pretrain import PretrainConfig
-        from agentic_rl.train.pretrain import run as run_pretrain
-
-        out = root / "pretrain"
-        where = f"{config.name}: pretrain"
-        values = _resume_interrupted("pretrain", out, {**_train_defaults(config, "pretrain", model_dir, out),
-                                                       **config.pretrain}, PretrainConfig, where)
-        cfg = _stage_config(PretrainConfig, values, {}, where=where)
-        result = _run_stage("pretrain", out, lambda: _jsonable(run_pretrain(cfg)), summary, settings=cfg)
+        values = _section_over_defaults(config, "pretrain", model_dir, root)
+        _, result = _run_training_stage(config, "pretrain", root, values, summary)
         model_dir = result["model_dir"]
     stage_models["base"] = model_dir
     if config.evaluate_stages and ("sft" in config.stages or "grpo" in config.stages):
         _evaluate("base", model_dir, config, root, summary)
 
     # --- 2. SFT, then 3. GRPO: each trains on the previous stage's model and is evaluated on the same problems ------
-    from agentic_rl.train import grpo, sft
-
     grpo_start, grpo_result, sample_temperature = model_dir, None, None
-    for name, module, cls, section in (("sft", sft, sft.SFTConfig, config.sft),
-                                       ("grpo", grpo, grpo.GRPOConfig, config.grpo)):
+    for name in ("sft", "grpo"):
         if name not in config.stages:
             continue
-        out = root / name
-        where = f"{config.name}: {name}"
-        values = _resume_interrupted(name, out, {**_train_defaults(config, name, model_dir, out), **section}, cls,
-                                     where)
-        cfg = _stage_config(cls, values, {}, where=where)
         if name == "grpo":
-            grpo_start, sample_temperature = model_dir, cfg.temperature
-        result = _run_stage(name, out, lambda: _jsonable(module.run(cfg)), summary, settings=cfg)
-        grpo_result = result if name == "grpo" else grpo_result
+            grpo_start = model_dir
+        cfg, result = _run_training_stage(config, name, root, _section_over_defaults(config, name, model_dir, root),
+                                          summary)
+        if name == "grpo":
+            grpo_result, sample_temperature = result, cfg.temperature
         model_dir = result["model_dir"]
         stage_models[name] = model_dir
         if config.evaluate_stages:
@@ -358,8 +367,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
             _evaluate("sft_continued", control_dir, config, root, summary)
     if config.evaluate_stages and config.sampled_eval:
         if sample_temperature is None:  # no GRPO stage here: sample at the temperature it would have trained at
-            sample_temperature = _stage_config(grpo.GRPOConfig, {**_train_defaults(config, "grpo", model_dir, root),
-                                                                 **config.grpo}, {}, where=config.name).temperature
+            sample_temperature = resolve_stage_config(config, "grpo", model_dir, root).temperature
         for label in ("sft", "grpo", "sft_continued"):
             if label in stage_models:
                 _evaluate(label, stage_models[label], config, root, summary, sample_temperature=sample_temperature)
@@ -371,7 +379,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
 
         out = root / "export"
         cfg = config_from_dict(ExportConfig, {"source": model_dir, "out": str(out)}, where=f"{config.name}: export")
-        _run_stage("export", out, lambda: {"model_dir": str(run_export(cfg))}, summary, settings=cfg)
+        _run_stage("export", "export", out, lambda: {"model_dir": str(run_export(cfg))}, summary, settings=cfg)
         summary["export_dir"] = str(out)
 
     # --- 5. report -----------------------------------------------------------------------------------------------
@@ -424,23 +432,17 @@ def _grpo_seconds(grpo_dir: Path, result: dict[str, Any]) -> float:
 def _run_control(config: PipelineConfig, root: Path, start_model: str, grpo_seconds: float,
                  summary: dict[str, Any]) -> str:
     """SFT continued from GRPO's starting model, on the sft section's data and settings, for as many steps as fit
-    in GRPO's time (:func:`_grpo_seconds`) at the SFT stage's speed (the control's own loading and saving come on top: the control
-    never gets less compute than GRPO). Returns the control's model directory."""
-    from agentic_rl.train import sft
-
-    out = root / "sft_continued"
-    where = f"{config.name}: sft_continued"
-    values = {**_train_defaults(config, "sft_continued", start_model, out), **_section(config, "sft_continued")}
+    in GRPO's time (:func:`_grpo_seconds`) at the SFT stage's speed (the control's own loading and saving come on
+    top: the control never gets less compute than GRPO). Returns the control's model directory."""
+    values = _section_over_defaults(config, "sft_continued", start_model, root)
     budget: dict[str, Any] = {"grpo_wall_time_s": grpo_seconds}
     if "max_steps" not in config.sft_continued:
         seconds = _sft_seconds_per_step([root / "sft", Path(start_model).parent])
         values["max_steps"] = max(1, round(grpo_seconds / seconds))
         budget["sft_seconds_per_step"] = round(seconds, 4)
-    values = _resume_interrupted("sft_continued", out, values, sft.SFTConfig, where)
-    cfg = _stage_config(sft.SFTConfig, values, {}, where=where)
-    budget["steps"] = cfg.max_steps
-    log(f"stage sft_continued: {cfg.max_steps} SFT steps from {start_model} (GRPO took {grpo_seconds:.0f}s)")
-    result = _run_stage("sft_continued", out, lambda: _jsonable(sft.run(cfg)), summary, settings=cfg)
+    budget["steps"] = values["max_steps"]
+    log(f"stage sft_continued: {values['max_steps']} SFT steps from {start_model} (GRPO took {grpo_seconds:.0f}s)")
+    _, result = _run_training_stage(config, "sft_continued", root, values, summary)
     summary["stages"]["sft_continued"]["budget"] = budget
     return result["model_dir"]
 
@@ -481,10 +483,3 @@ def run_quickstart(config: QuickstartConfig) -> dict[str, Any]:
         overrides["eval_samples"] = config.eval_samples
     return run_pipeline(load_pipeline_config(preset, overrides))
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["pipeline", *sys.argv[1:]]))

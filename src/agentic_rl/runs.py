@@ -1,33 +1,41 @@
 """Run directories: what makes a folder ours, which settings made it, and the checks before anything is replaced.
 
 Every run directory this project creates holds a marker file, ``.agentic-rl-run`` (JSON: the kind of run and, for a
-training stage, its resolved settings and their fingerprint). Three rules follow from it:
+stage, its resolved settings and their fingerprint). A stage that finished leaves ``stage.json``
+(:data:`FINISHED_MARKER`: its result and settings), whatever the stage. Three rules follow:
 
 * ``--fresh`` deletes only a directory whose marker says it holds a pipeline or quickstart run (never a stage's own
   run, which its ``--overwrite`` replaces), and never the working directory, one of its parents, the home directory
   or the filesystem root (:func:`check_deletable`). Nothing writes into a run directory of another kind
-  (:func:`create_run_root`, :func:`check_stage_dir`).
-* A stage (pretrain, SFT, GRPO) run into a directory that holds a finished run or checkpoints refuses unless the
-  user asked for ``--resume`` (continue it) or ``--overwrite`` (replace it); a non-empty folder this project did not
-  make is never written into (:func:`check_stage_dir`). The check has no side effects: the stage loads its model,
-  data and rewards first, and only then claims the directory (:func:`claim_stage_dir`), which is when old outputs are
-  removed.
+  (:func:`create_run_root`, :meth:`StageRun.check`).
+* A stage run into a directory that holds a finished run or checkpoints refuses unless the user asked for
+  ``--resume`` (continue it) or ``--overwrite`` (replace it); a non-empty folder this project did not make is never
+  written into. The check has no side effects: the stage loads its model, data and rewards first, and only then
+  claims the directory (:meth:`StageRun.claim`), which is when an earlier run's outputs are removed.
 * ``--resume`` continues only a run made with the same settings. Settings that may legitimately change when
   continuing a run are not compared (:data:`RESUME_FREE_KEYS`: ``resume``, ``overwrite``, ``output_dir``, how long to
   train — ``max_steps`` / ``epochs`` — and where and how often to log and save). Any other difference is an error
   that names the keys.
 
-The model a stage produced is in ``<stage>/model/`` (:data:`MODEL_FOLDER`) whatever the stage. Earlier versions
-wrote SFT's, GRPO's and the reward model's to ``<stage>/merged/``: such a run directory is a one-line error wherever
-its model is looked up (:func:`check_model_folder`), and once the folder is renamed, settings and stage results that
-recorded the old path still match it (:func:`renamed_model_path`).
+Every stage goes through one :class:`StageRun`::
+
+    run = StageRun(out, config, stage="sft")
+    resume_from = run.check()      # before anything is loaded: may it run here, and from which checkpoint
+    ...                            # load the model, data and rewards (a bad setting fails here, nothing written)
+    run.claim()                    # an earlier run's outputs go (unless resuming); marker and config.yaml written
+    ...                            # train
+    run.finish(result)             # stage.json: the stage finished, with its result and settings
+
+The model a stage produced is in ``<stage>/model/`` (:data:`MODEL_FOLDER`) whatever the stage.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -36,11 +44,13 @@ from agentic_rl.utils import RUNS_ROOT, last_checkpoint, log, read_json, warn, w
 
 RUN_MARKER = ".agentic-rl-run"
 
+#: The file a stage leaves in its run directory when it finished: its result and the settings that made it. The
+#: pipeline skips a stage that has it (with the same settings); ``--resume`` / ``--overwrite`` decide about it.
+FINISHED_MARKER = "stage.json"
+
 #: The folder in a stage's run directory holding the model the stage produced (pretrain, SFT, GRPO, reward model):
 #: what later stages, evaluation and export load.
 MODEL_FOLDER = "model"
-#: Its name in run directories of earlier versions (SFT, GRPO and the reward model), recognised only to say so.
-OLD_MODEL_FOLDER = "merged"
 
 #: The kinds of run directory that hold other runs (what :func:`create_run_root` is called with: the pipeline, which
 #: every quickstart preset runs); ``--fresh`` deletes only these, a stage's own run is replaced with that stage's
@@ -62,8 +72,6 @@ RUN_CONTROL_KEYS = frozenset({"resume", "overwrite"})
 
 def settings_of(config: Any) -> dict[str, Any]:
     """A config dataclass (or dict) as plain JSON values, so a stored copy compares equal to a fresh one."""
-    import dataclasses
-
     values = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
     return json.loads(json.dumps(values, sort_keys=True, default=str))
 
@@ -78,45 +86,11 @@ def differing_keys(old: dict[str, Any], new: dict[str, Any], ignore: Iterable[st
     """``["seed (0 -> 1)", ...]``: the settings that differ between two runs, with both values.
 
     Only settings both runs have are compared: one that a newer version added (or dropped) does not make a run made
-    before the upgrade "other settings"; nor does a model path recorded as ``<stage>/merged`` that the user has since
-    renamed to ``<stage>/model`` (:func:`renamed_model_path`).
+    before the upgrade "other settings".
     """
     ignore = set(ignore)
     return [f"{key} ({json.dumps(old[key], default=str)} -> {json.dumps(new[key], default=str)})"
-            for key in sorted(set(old) & set(new)) if key not in ignore and _renamed(old[key]) != new[key]]
-
-
-def _renamed(value: Any) -> Any:
-    """A recorded setting with its model paths as they are called now (a string, or each string of a list)."""
-    if isinstance(value, str):
-        return renamed_model_path(value)
-    if isinstance(value, list):
-        return [renamed_model_path(v) if isinstance(v, str) else v for v in value]
-    return value
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The stage's model folder, and its name in earlier versions
-# ---------------------------------------------------------------------------------------------------------------
-
-def check_model_folder(stage_dir: str | Path) -> None:
-    """One-line :class:`ConfigError` for a stage run directory an earlier version wrote: its model is in ``merged/``
-    and there is no ``model/`` (nothing looks for ``merged/`` any more, so it would be missed or written over)."""
-    stage_dir = Path(stage_dir)
-    old, new = stage_dir / OLD_MODEL_FOLDER, stage_dir / MODEL_FOLDER
-    if old.is_dir() and not new.exists():
-        raise ConfigError(f"{old}: the folder of a stage's model was renamed to {MODEL_FOLDER}/; rename it "
-                          f"(mv {old} {new}) or re-run the stage")
-
-
-def renamed_model_path(path: str) -> str:
-    """``path`` itself, or — for ``<stage>/merged`` recorded by an earlier version (a stage's result, its settings,
-    the rl_training tool's registry) that no longer exists because the user renamed it — ``<stage>/model``."""
-    recorded = Path(path)
-    if recorded.name != OLD_MODEL_FOLDER or recorded.exists():
-        return path
-    now = recorded.with_name(MODEL_FOLDER)
-    return str(now) if now.is_dir() else path
+            for key in sorted(set(old) & set(new)) if key not in ignore and old[key] != new[key]]
 
 
 def describe(differences: list[str], limit: int = 4) -> str:
@@ -150,16 +124,13 @@ def write_marker(path: str | Path, kind: str, config: Any = None) -> None:
 
 def create_run_root(path: str | Path, kind: str) -> Path:
     """Create a run directory (with its marker) or reuse one of ours of the same ``kind``; refuse a non-empty folder
-    that is not ours, or that holds another kind of run (a stage's run: writing into it would mix the two).
-
-    ``legacy``: a run directory made before markers existed is recognised by ``config.yaml`` beside stage folders.
-    """
+    that is not ours, or that holds another kind of run (a stage's run: writing into it would mix the two)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"run directory {path} exists and is not a directory; choose another --output-dir / --name")
     if path.is_dir() and any(path.iterdir()):
         marker = read_marker(path)
-        if marker is None and not _looks_like_old_run(path):
+        if marker is None:
             raise ConfigError(f"{path} is not empty and was not created by agentic-rl; choose a new or empty "
                               f"--output-dir (or --name)")
         other = (marker or {}).get("kind")
@@ -169,12 +140,6 @@ def create_run_root(path: str | Path, kind: str) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     write_marker(path, kind)
     return path
-
-
-def _looks_like_old_run(path: Path) -> bool:
-    """A pipeline run directory written before markers existed: its config beside its summary or stage markers."""
-    return (path / "config.yaml").is_file() and ((path / "summary.json").is_file() or any(path.glob("*/stage.json"))
-                                                 or any(path.glob("eval/*/stage.json")))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -231,56 +196,109 @@ def _checkpoint_dirs(folder: Path) -> list[Path]:
     return [p for p in folder.glob("checkpoint-*") if p.is_dir()] if folder.is_dir() else []
 
 
-def check_stage_dir(out: Path, config: Any, *, stage: str, finished: str, checkpoints: Path) -> str | None:
-    """Decide, without touching the disk, what a stage may do in ``out``; returns the checkpoint to resume from.
+class StageRun:
+    """One stage's run directory: :meth:`check` before anything loads, :meth:`claim` once everything has,
+    :meth:`finish` at the end (see the module docstring). The ``--resume`` / ``--overwrite`` rules live here.
 
-    ``finished``: the file a completed run of the stage leaves (``result.json``, ``metrics.json``);
-    ``checkpoints``: the folder holding ``checkpoint-N``. ``config`` needs ``resume`` and ``overwrite`` fields.
+    ``stage``: the stage's name in :data:`agentic_rl.stages.STAGES`, which says what the stage writes (removed when
+    a new run replaces an earlier one) and where its checkpoints are; ``outputs`` / ``checkpoints`` override those.
+    ``config`` is the stage's resolved config; its ``resume`` / ``overwrite`` fields (when it has them) decide.
     """
-    resume, overwrite = bool(getattr(config, "resume", False)), bool(getattr(config, "overwrite", False))
-    if resume and overwrite:
-        raise ConfigError("--resume continues the run in the directory and --overwrite replaces it: choose one")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output_dir {out} exists and is not a directory; choose another --output-dir")
-    if not out.is_dir() or not any(out.iterdir()):
+
+    def __init__(self, out: str | Path, config: Any, *, stage: str, outputs: Iterable[str] | None = None,
+                 checkpoints: str | Path | None = None) -> None:
+        from agentic_rl.stages import STAGES
+
+        record = STAGES.get(stage)
+        self.out, self.config, self.stage = Path(out), config, stage
+        self.outputs = tuple(outputs if outputs is not None else (record.writes if record else ()))
+        if checkpoints is None and record is not None and record.checkpoints is not None:
+            checkpoints = self.out / record.checkpoints
+        self.checkpoints = Path(checkpoints) if checkpoints is not None else None
+        self.finished_path = self.out / FINISHED_MARKER
+        self.resume_from: str | None = None
+        self.started = time.time()
+
+    def check(self) -> str | None:
+        """Decide, without touching the disk, what the stage may do in its directory; returns the checkpoint to
+        resume from (None: start from the beginning). A run in the way is a one-line :class:`ConfigError`."""
+        out, config, stage = self.out, self.config, self.stage
+        resume, overwrite = bool(getattr(config, "resume", False)), bool(getattr(config, "overwrite", False))
+        if resume and overwrite:
+            raise ConfigError("--resume continues the run in the directory and --overwrite replaces it: choose one")
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"output_dir {out} exists and is not a directory; choose another --output-dir")
+        if not out.is_dir() or not any(out.iterdir()):
+            if resume:
+                warn(f"--resume: {out} holds no run yet; starting from the beginning")
+            return None
+        marker = read_marker(out)
+        is_finished = self.finished_path.is_file()
+        saved = _checkpoint_dirs(self.checkpoints) if self.checkpoints is not None else []
+        if marker is None:
+            raise ConfigError(f"{out} is not empty and was not created by agentic-rl; choose a new or empty "
+                              f"--output-dir")
+        kind = marker.get("kind")
+        if kind and kind != stage:
+            raise ConfigError(f"{out} holds a {kind} run, not a {stage} run; choose another --output-dir")
         if resume:
-            warn(f"--resume: {out} holds no run yet; starting from the beginning")
+            self.resume_from = self._resume_point(marker, is_finished)
+            return self.resume_from
+        if overwrite:
+            return None
+        if is_finished:
+            raise ConfigError(f"{out} already holds a finished {stage} run; {_choices(config, 'replace it')}")
+        if saved:
+            raise ConfigError(f"{out} holds checkpoints of an unfinished {stage} run; "
+                              f"{_choices(config, 'start over')}")
         return None
-    marker = read_marker(out)
-    is_finished = (out / finished).is_file()
-    saved = _checkpoint_dirs(checkpoints)
-    if marker is None and not is_finished and not saved:
-        raise ConfigError(f"{out} is not empty and was not created by agentic-rl; choose a new or empty "
-                          f"--output-dir")
-    kind = (marker or {}).get("kind")
-    if kind and kind != stage:
-        raise ConfigError(f"{out} holds a {kind} run, not a {stage} run; choose another --output-dir")
-    if resume:
-        check_model_folder(out)  # a finished run of an earlier version: its model would be left beside the new one
-        stored = (marker or {}).get("settings")
+
+    def _resume_point(self, marker: dict[str, Any], is_finished: bool) -> str | None:
+        out, stage = self.out, self.stage
+        stored = marker.get("settings")
         if stored is None:
-            warn(f"--resume: {out} records no settings (made by an older version); cannot check that they match")
+            warn(f"--resume: {out} records no settings; cannot check that they match")
         else:
-            differences = differing_keys(stored, settings_of(config), RESUME_FREE_KEYS)
+            differences = differing_keys(stored, settings_of(self.config), RESUME_FREE_KEYS)
             if differences:
                 raise ConfigError(f"--resume: {out} was trained with other settings: {describe(differences)}; resume "
                                   "with the same settings, or start a new run (--overwrite or another --output-dir)")
-        checkpoint = last_checkpoint(checkpoints)
+        checkpoint = last_checkpoint(self.checkpoints) if self.checkpoints is not None else None
         if checkpoint is None and is_finished:
             raise ConfigError(f"--resume: {out} holds a finished {stage} run but no complete checkpoint to continue "
                               "from; pass --overwrite to replace it, or choose another --output-dir")
         if checkpoint is None:
-            warn(f"--resume: no complete checkpoint-N in {checkpoints}; starting from the beginning")
+            warn(f"--resume: no complete checkpoint-N in {self.checkpoints or out}; starting from the beginning")
         else:
             log(f"resuming from {checkpoint}")
         return checkpoint
-    if overwrite:
-        return None
-    if is_finished:
-        raise ConfigError(f"{out} already holds a finished {stage} run; {_choices(config, 'replace it')}")
-    if saved:
-        raise ConfigError(f"{out} holds checkpoints of an unfinished {stage} run; {_choices(config, 'start over')}")
-    return None
+
+    def claim(self) -> Path:
+        """Create the directory (if needed); unless resuming, remove an earlier run's outputs and its
+        :data:`FINISHED_MARKER`; record the settings in the marker and in ``config.yaml``. Call it after the model,
+        data and rewards have loaded."""
+        from agentic_rl.config import save_config
+
+        out = self.out
+        out.mkdir(parents=True, exist_ok=True)
+        resuming = self.resume_from is not None
+        if not resuming:
+            remove_outputs(out, (*self.outputs, FINISHED_MARKER))
+        else:
+            self.finished_path.unlink(missing_ok=True)  # it finishes again, with more steps
+        marker = read_marker(out)
+        if not resuming or not (marker or {}).get("settings"):
+            write_marker(out, self.stage, self.config)
+        if dataclasses.is_dataclass(self.config):
+            save_config(self.config, out / "config.yaml")
+        return out
+
+    def finish(self, result: dict[str, Any]) -> dict[str, Any]:
+        """Mark the stage finished: :data:`FINISHED_MARKER` with ``result`` (plus the wall time since this object
+        was made, unless the result has one) and the settings. Returns ``result``."""
+        wall = {} if "wall_time_s" in result else {"wall_time_s": round(time.time() - self.started, 1)}
+        mark_finished(self.out, self.stage, {**result, **wall}, self.config)
+        return result
 
 
 def _choices(config: Any, overwrite_does: str) -> str:
@@ -293,23 +311,50 @@ def _choices(config: Any, overwrite_does: str) -> str:
     return f"pass {', '.join(flags)}, or choose another --output-dir"
 
 
+def remove_outputs(out: Path, patterns: Iterable[str]) -> None:
+    """Remove what matches ``patterns`` (names or glob patterns) in ``out``; a link is removed, not followed."""
+    for pattern in patterns:
+        for path in out.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def mark_finished(out: str | Path, stage: str, result: dict[str, Any], config: Any = None) -> Path:
+    """Write ``out``'s :data:`FINISHED_MARKER`: ``result`` (as JSON values), the ``stage`` and, with ``config``,
+    its settings (what a re-run compares against)."""
+    data = json.loads(json.dumps(dict(result), default=str))
+    data["stage"] = stage
+    if config is not None:
+        data["settings"] = settings_of(config)
+    return write_json(Path(out) / FINISHED_MARKER, data)
+
+
+def finished_result(out: str | Path) -> dict[str, Any] | None:
+    """What a finished stage recorded in ``out`` (its :data:`FINISHED_MARKER`), or None when it did not finish."""
+    path = Path(out) / FINISHED_MARKER
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    return data if isinstance(data, dict) else None
+
+
+def check_stage_dir(out: Path, config: Any, *, stage: str, checkpoints: Path | None = None,
+                    finished: str | None = None) -> str | None:
+    """:meth:`StageRun.check` for a stage that does not hold a :class:`StageRun`; ``finished``: the file such a
+    stage writes when it finished, in place of :data:`FINISHED_MARKER`."""
+    run = StageRun(out, config, stage=stage, checkpoints=checkpoints)
+    if finished:
+        run.finished_path = run.out / finished
+    return run.check()
+
+
 def claim_stage_dir(out: Path, config: Any, *, stage: str, stale: Iterable[str] = (), resuming: bool) -> Path:
-    """Create ``out`` (if needed) and record the run's settings in its marker; unless ``resuming``, remove an earlier
-    run's ``stale`` outputs (names or glob patterns; when they include the model folder, its old name too). Call it
-    after the model, data and rewards have loaded."""
-    out.mkdir(parents=True, exist_ok=True)
-    if not resuming:
-        stale = tuple(stale)
-        for pattern in (*stale, *((OLD_MODEL_FOLDER,) if MODEL_FOLDER in stale else ())):
-            for path in out.glob(pattern):
-                if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path)
-                else:
-                    path.unlink(missing_ok=True)
-    marker = read_marker(out)
-    if not resuming or not (marker or {}).get("settings"):
-        write_marker(out, stage, config)
-    return out
+    """:meth:`StageRun.claim` for a stage that does not hold its :class:`StageRun` (``stale``: what it writes)."""
+    run = StageRun(out, config, stage=stage, outputs=stale)
+    run.resume_from = "resuming" if resuming else None
+    return run.claim()
 
 
 def stage_settings_mismatch(out: Path, config: Any) -> list[str] | None:

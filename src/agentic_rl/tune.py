@@ -5,7 +5,7 @@ Each trial resolves the stage's config (``base_config``, then ``fixed``, then th
 every ``prune_every`` steps its held-out score goes to Optuna's MedianPruner. The search space is plain YAML, one
 entry per stage setting (``--param NAME=ENTRY``, the entry in YAML flow style, adds or replaces one)::
 
-    search_space:
+    space:
       learning_rate: {type: float, low: 1.0e-5, high: 1.0e-3, log: true}
       warmup_ratio: {type: float, low: 0.0, high: 0.2, step: 0.05}
       num_generations: {type: int, low: 2, high: 8, step: 2}
@@ -48,12 +48,11 @@ from optuna.trial import FrozenTrial, TrialState
 from agentic_rl import tune_trials
 from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, read_yaml, setting
 from agentic_rl.errors import ConfigError, TrainingError
+from agentic_rl.stages import inherited_settings
 from agentic_rl.tune_trials import Objective, make_objective
 from agentic_rl.utils import log, run_dir, warn
 
 STAGES = ("sft", "grpo")
-# Top-level keys of a pipeline file that reach its stage sections.
-PIPELINE_SHARED = ("model", "dataset", "seed", "synthetic_seed", "system_prompt")
 # Trials that use up the budget: finished ones and those that will finish (a stale one is failed and queued again).
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 MAX_RETRIES = 2  # reruns of a parameter set whose worker died or was interrupted: three attempts in all
@@ -69,7 +68,7 @@ class TuneConfig:
     search: str = setting("bayes", "grid (Cartesian product), random or bayes (TPE)",
                           choices=["grid", "random", "bayes"])
     trials: int | None = setting(None, "trials in the whole study, all workers together (default: grid size, or 20)")
-    search_space: dict[str, Any] = setting({}, "stage setting -> entry, e.g. {lora_r: [8, 16]} (see docs/tuning.md)")
+    space: dict[str, Any] = setting({}, "search space: stage setting -> entry, e.g. {lora_r: [8, 16]} (docs/tuning.md)")
     params: list[str] = setting([], "a search-space entry NAME=ENTRY, e.g. 'lora_r={type: int, low: 8, high: 32, "
                                     "step: 8}'", flag="param")
     base_config: str | None = setting(None, "stage YAML, or pipeline YAML (its stage section and model/dataset/seed)")
@@ -153,7 +152,7 @@ def parse_param(name: str, entry: Any) -> BaseDistribution:
 
 
 def parse_space(space: dict[str, Any] | None, params: list[str] | None = None) -> dict[str, BaseDistribution]:
-    """The YAML ``search_space``, then ``NAME=ENTRY`` strings (which replace its entries), as distributions."""
+    """The YAML ``space``, then ``NAME=ENTRY`` strings (which replace its entries), as distributions."""
     merged: dict[str, Any] = dict(space or {})
     for item in params or []:
         name, sep, entry = item.partition("=")
@@ -223,7 +222,7 @@ def base_values(config: TuneConfig, cls: type) -> dict[str, Any]:
     if config.base_config:
         data = read_yaml(config.base_config)
         if isinstance(data.get(config.stage), dict):  # a pipeline file: its stage section + shared top-level keys
-            values.update({key: data[key] for key in PIPELINE_SHARED if key in data and key in known})
+            values.update(inherited_settings(data, config.stage, cls))
             if values.get("model") == "embedded":
                 raise ConfigError(f"{config.base_config}: model 'embedded' is built by the pipeline's pretrain stage; "
                                   f"give tune a model directory in fixed: {{model: runs/<name>/pretrain/model}}")
@@ -253,7 +252,7 @@ def base_values(config: TuneConfig, cls: type) -> dict[str, Any]:
 def validate_space(cls: type, space: dict[str, BaseDistribution], base: dict[str, Any], search: str) -> None:
     """Fail before the first trial: unknown keys, values of the wrong type, values the stage config rejects."""
     if not space:
-        raise ConfigError("the search space is empty: give `search_space:` in the YAML or --param NAME=ENTRY")
+        raise ConfigError("the search space is empty: give `space:` in the YAML or --param NAME=ENTRY")
     _check_stage_keys(cls, list(space), "search space")
     for name, dist in space.items():
         discrete = search == "grid" or isinstance(dist, CategoricalDistribution)
@@ -358,7 +357,7 @@ def optimize(config: TuneConfig, space: dict[str, BaseDistribution], objective: 
 
 def run(config: TuneConfig) -> dict[str, Any]:
     """Run (or resume, or join as another worker) the search; write the report; return the best trial's summary."""
-    space = parse_space(config.search_space, config.params)
+    space = parse_space(config.space, config.params)
     cls, stage_run = stage_class(config.stage)
     base = base_values(config, cls)
     if config.seed is None:  # the sampler follows the trials' seed
@@ -414,9 +413,9 @@ def write_outputs(config: TuneConfig, study: optuna.Study, out: Path) -> dict[st
                    f"{best.number}, held-out {config.objective} {best.value:.4f}\n")
         files[best_stage] = (summary + f"# rerun: agentic-rl {config.stage} --config {best_stage}\n"
                              + yaml.safe_dump(stage_values, sort_keys=False))
-        pipeline = {"stages": [config.stage],
-                    **{k: stage_values[k] for k in PIPELINE_SHARED if stage_values.get(k) is not None},
-                    config.stage: {k: v for k, v in stage_values.items() if k not in PIPELINE_SHARED}}
+        shared = list(inherited_settings(stage_values, config.stage, stage_class(config.stage)[0]))
+        pipeline = {"stages": [config.stage], **{k: stage_values[k] for k in shared if stage_values.get(k) is not None},
+                    config.stage: {k: v for k, v in stage_values.items() if k not in shared}}
         files["best_pipeline.yaml"] = (summary + "# rerun: agentic-rl pipeline --config best_pipeline.yaml\n"
                                        + yaml.safe_dump(pipeline, sort_keys=False))
         result.update({"best_trial": best.number, "best_value": best.value, "best_params": best.params,
@@ -441,10 +440,3 @@ def write_outputs(config: TuneConfig, study: optuna.Study, out: Path) -> dict[st
         tune_trials.atomic_write(out / name, text)
     return {**result, "report": str(out / "report.md")}
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["tune", *sys.argv[1:]]))

@@ -86,8 +86,8 @@ class Trajectory:
 def generate_batch(model, contexts: list[list[int]], *, max_new_tokens: int, stop_ids: list[int], pad_id: int,
                    do_sample: bool, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0) -> list[list[int]]:
     """New tokens for each context, each cut just after its first stop token: the project's one decoding function
-    (:func:`agentic_rl.eval.generation.generate_token_ids`), greedy unless ``do_sample``."""
-    from agentic_rl.eval.generation import generate_token_ids
+    (:func:`agentic_rl.models.generate.generate_token_ids`), greedy unless ``do_sample``."""
+    from agentic_rl.models.generate import generate_token_ids
 
     if do_sample and temperature <= 0:
         raise ValueError(f"sampling needs a temperature > 0, got {temperature}")

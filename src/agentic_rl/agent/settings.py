@@ -8,7 +8,7 @@ and the other settings here must keep their defaults: a setting that would be si
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Callable
 
 from agentic_rl.config import changed_from_default, check_range, setting
@@ -48,6 +48,13 @@ class EnvironmentSettings:
             if changed:
                 raise ConfigError(f"{changed[0]} applies to multi-turn episodes only: set environment (e.g. "
                                   f"--environment calculator) or drop {changed[0]}")
+
+    @classmethod
+    def environment_defaults(cls) -> dict[str, Any]:
+        """Each environment setting with its default: what a stage inherits from a pipeline that sets an
+        environment (the pipeline's own value where it gives one)."""
+        return {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+                for f in fields(EnvironmentSettings)}
 
     def shared_environment_settings(self) -> dict[str, Any]:
         """Every setting of :class:`EnvironmentSettings` with its value here, as another stage's config takes them."""

@@ -146,10 +146,3 @@ def run(config: DataCommandConfig) -> dict[str, Any]:
         return {"action": "stats", "source": config.source, "split": config.split, **stats(ds)}
     return {"action": "preview", "source": config.source, "split": config.split, "rows": preview(config, ds)}
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["data", *sys.argv[1:]]))

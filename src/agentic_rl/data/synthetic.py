@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass
 from typing import Iterable
 
-from agentic_rl.data.formats import CALC_STEP
+from agentic_rl.data.formats import CALC_STEP, SYSTEM_PROMPT
 from agentic_rl.data.gsm8k import parse_gsm8k_answer
 from agentic_rl.errors import ConfigError, DataError
 
@@ -528,4 +528,21 @@ def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
         numbers = " ".join(str(rng.randint(0, 10 ** rng.randint(1, 4) - 1)) for _ in range(rng.randint(2, 5)))
         lines.append(f"{numbers} -> {numbers}")
     rng.shuffle(lines)
+    return lines
+
+
+def default_tokenizer_corpus(n_lines: int = 3000, seed: int = 0, *, exclude=(), scaffold: Iterable[str] = ()
+                             ) -> list[str]:
+    """Text for training the embedded tokenizer: arithmetic lines, synthetic questions and their solutions in the
+    answer format, and the system prompt (so the chat scaffolding and ``Final Answer:`` become few tokens).
+
+    ``scaffold`` lines come right after the system prompt: the pretrain stage passes the agent's tool-call text there
+    (:func:`agentic_rl.agent.tasks.tool_call_scaffold`) when the tokenizer should also merge tool calls.
+    """
+    copies = max(20, n_lines // 50)
+    lines: list[str] = [SYSTEM_PROMPT] * copies
+    lines += list(scaffold)
+    lines += list(arithmetic_corpus(n_lines, seed, exclude=exclude))
+    for row in generate_synthetic(max(n_lines // 4, 50), seed=seed + 99, exclude=exclude):
+        lines.append(row["question"] + "\n" + parse_gsm8k_answer(row["answer"])["solution_text"])
     return lines

@@ -29,9 +29,6 @@ The source may be
    * inside each: the directory itself, then ``model/`` (the stage's model), ``final/``, ``best/``, ``adapter/``, then
      the highest-numbered ``checkpoint-N/``.
 
-   A stage directory written by an earlier version, whose model is in ``merged/`` (the old name of ``model/``), is a
-   one-line error that says to rename it, never a silent pick of its ``best/`` or ``adapter/``.
-
    A run directory's ``export/`` folder (an earlier export) is never picked as a source.
 
 Serve the result with ``agentic-rl serve DIR`` (CPU or GPU, batched) or, on a GPU, ``vllm serve DIR``.
@@ -47,7 +44,7 @@ from pathlib import Path
 
 from agentic_rl.config import setting
 from agentic_rl.errors import ConfigError, ModelLoadError
-from agentic_rl.runs import MODEL_FOLDER, check_model_folder
+from agentic_rl.runs import MODEL_FOLDER
 from agentic_rl.utils import log, write_json
 
 STAGE_ORDER = ("grpo", "sft", "pretrain", "base")
@@ -105,7 +102,6 @@ def _find_in(directory: Path) -> Path | None:
     """The model in one directory: itself, a known sub-folder, or its latest ``checkpoint-N``."""
     if not directory.is_dir():
         return None
-    check_model_folder(directory)  # an earlier version's merged/: say so rather than pick best/ or adapter/
     for candidate in (directory, *(directory / sub for sub in MODEL_SUBDIRS)):
         if _is_model_dir(candidate) or _is_adapter_dir(candidate):
             return candidate
@@ -356,10 +352,3 @@ def run(config: ExportConfig) -> Path:
     log(f"export: wrote {out} ({info['kind']}, {info['dtype']}, {info['parameters']:,} parameters)")
     return out
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["export", *sys.argv[1:]]))

@@ -383,23 +383,6 @@ class Row:
     finish_reason: str | None = None
 
 
-def _stop_cut(text: str, stops: list[str]) -> tuple[str, bool]:
-    """``text`` cut at the first stop string, and whether one was found."""
-    cuts = [text.find(s) for s in stops if s in text]
-    return (text[:min(cuts)], True) if cuts else (text, False)
-
-
-def _held_back(text: str, stops: list[str]) -> int:
-    """How many trailing characters might be the start of a stop string (not streamed yet)."""
-    hold = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), 0, -1):
-            if text.endswith(s[:k]):
-                hold = max(hold, k)
-                break
-    return hold
-
-
 class Batcher:
     """The worker thread that owns the model: groups waiting jobs, one ``generate`` call per group."""
 
@@ -463,7 +446,9 @@ class Batcher:
 
     def _generate(self, jobs: list[Job]) -> None:
         import torch
-        from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        from agentic_rl.deploy.per_row import PerRowSampling, PerRowStop
 
         rows = [Row(job, i) for job in jobs for i in range(job.request.n)]
         prompts = [row.job.prompt_ids for row in rows]
@@ -476,65 +461,11 @@ class Batcher:
             attention[i, width - len(ids):] = 1
         temps = torch.tensor([r.job.request.temperature for r in rows], device=device).unsqueeze(1)
         top_ps = torch.tensor([r.job.request.top_p for r in rows], device=device).unsqueeze(1)
-        greedy = (temps == 0).squeeze(1)
-        tokenizer, eos_ids = self.tokenizer, self.eos_ids
-
-        class PerRowSampling(LogitsProcessor):
-            """Row-wise temperature and top-p on (batch, vocab) scores; temperature 0 keeps only the argmax."""
-
-            def __call__(self, ids, scores):
-                scores = scores / torch.where(temps > 0, temps, torch.ones_like(temps))
-                if bool((top_ps < 1).any()):
-                    sorted_scores, order = scores.sort(dim=-1, descending=True)
-                    cumulative = sorted_scores.softmax(-1).cumsum(-1)
-                    drop_sorted = (cumulative - sorted_scores.softmax(-1)) >= top_ps  # keep the token crossing p
-                    drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-                    scores = scores.masked_fill(drop, float("-inf"))
-                if bool(greedy.any()):
-                    best = scores.argmax(-1, keepdim=True)
-                    only_best = torch.full_like(scores, float("-inf")).scatter(1, best, 0.0)
-                    scores = torch.where(greedy.unsqueeze(1), only_best, scores)
-                return scores
-
-        class PerRowStop(StoppingCriteria):
-            """Takes each new token, streams text, and ends rows at EOS, their max_tokens or a stop string."""
-
-            def __call__(self, ids, scores, **kwargs):
-                newest = ids[:, -1].tolist()
-                for row, token in zip(rows, newest):
-                    if row.done:
-                        continue
-                    if row.job.cancelled:
-                        row.done, row.finish_reason = True, "cancelled"
-                        continue
-                    request = row.job.request
-                    if token in eos_ids:
-                        row.done, row.finish_reason = True, "stop"
-                    else:
-                        row.tokens.append(token)
-                        if len(row.tokens) >= request.max_tokens:
-                            row.done, row.finish_reason = True, "length"
-                    text = tokenizer.decode(row.tokens, skip_special_tokens=True)
-                    hit = False
-                    if request.stop:
-                        text, hit = _stop_cut(text, request.stop)
-                        if hit:
-                            row.done, row.finish_reason = True, "stop"
-                    if request.stream:
-                        ready = len(text) if row.done else len(text) - _held_back(text, request.stop)
-                        if not row.done:  # an unfinished multi-byte character decodes as trailing U+FFFD
-                            ready = min(ready, len(text.rstrip("\ufffd")))
-                        if ready > len(row.sent):
-                            row.job.emit(("delta", row.index, text[len(row.sent):ready]))
-                            row.sent = text[:ready]
-                    if row.done:
-                        row.job.emit(("done", row.index, text, len(row.tokens), row.finish_reason))
-                return torch.tensor([row.done for row in rows], device=ids.device)
-
-        sampling = not bool(greedy.all())
+        tokenizer = self.tokenizer
+        sampling = not bool((temps == 0).all())
         # Sampling: generate's own temperature/top-k/top-p are neutral; PerRowSampling does each row's.
         sampling_kwargs = (dict(do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                                logits_processor=LogitsProcessorList([PerRowSampling()]))
+                                logits_processor=LogitsProcessorList([PerRowSampling(temps, top_ps)]))
                            if sampling else dict(do_sample=False))
         max_new = max(r.job.request.max_tokens for r in rows)
         self.generate_calls += 1
@@ -543,8 +474,8 @@ class Batcher:
             self.model.generate(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device), max_new_tokens=max_new,
                 num_beams=1, **sampling_kwargs,
-                stopping_criteria=StoppingCriteriaList([PerRowStop()]),
-                eos_token_id=sorted(eos_ids), pad_token_id=self.pad_id)
+                stopping_criteria=StoppingCriteriaList([PerRowStop(rows, tokenizer, self.eos_ids)]),
+                eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id)
         for row in rows:  # rows cut short by the model's own max length
             if not row.done:
                 row.done, row.finish_reason = True, "length"
@@ -826,10 +757,3 @@ def run(config: ServeConfig) -> None:
         f"{', API key required' if config.api_key else ''})")
     uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["serve", *sys.argv[1:]]))

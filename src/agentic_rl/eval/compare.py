@@ -245,10 +245,3 @@ def run(config: CompareConfig) -> dict[str, Any]:
             f"[{_pct(low)}, {_pct(high)}] over {len(runs)} run(s) -> {out / 'compare.md'}")
     return result
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["compare", *sys.argv[1:]]))

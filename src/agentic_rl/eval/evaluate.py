@@ -3,7 +3,7 @@
 Algorithm: load the dataset rows (:func:`agentic_rl.data.custom.load_task_dataset`: synthetic, GSM8K from the hub
 or a local folder, or a custom file; ``--eval-samples`` draws a seeded random subset), build each prompt with the one
 prompt builder SFT and GRPO use, generate in left-padded, length-sorted batches
-(:func:`agentic_rl.eval.generation.generate_batched`; greedy by default, ``--num-samples n --temperature t`` samples
+(:func:`agentic_rl.models.generate.generate_batched`; greedy by default, ``--num-samples n --temperature t`` samples
 n completions per prompt for pass@k), then score every completion with the same functions training uses:
 :func:`agentic_rl.rewards.is_correct` (strict and lenient), the configured rewards
 (:func:`agentic_rl.rewards.build_rewards`), ``count_steps`` and ``check_equations``. Wrong completions are
@@ -48,7 +48,7 @@ from typing import Any
 from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import MODEL_FOLDER, OLD_MODEL_FOLDER, check_model_folder
+from agentic_rl.runs import MODEL_FOLDER
 
 DEFAULT_REWARDS = ["accuracy:1.0", "format:0.2"]
 
@@ -255,8 +255,8 @@ def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | Non
     is a :class:`ConfigError`. With ``output_dir`` the metrics, predictions and report are written there.
     """
     from agentic_rl.eval.error_analysis import summarize_errors
-    from agentic_rl.eval.generation import generate_batched
     from agentic_rl.eval.metrics import compute_metrics
+    from agentic_rl.models.generate import generate_batched
 
     config = _resolve_config(config, overrides)
     if not hasattr(model_or_path, "generate") and hasattr(model_or_path, "module"):
@@ -306,7 +306,7 @@ def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | Non
 
 def _display_name(path: str) -> str:
     p = Path(path)
-    if p.name in (MODEL_FOLDER, OLD_MODEL_FOLDER, "adapter", "final") and p.parent.name:  # sft/model, not model
+    if p.name in (MODEL_FOLDER, "adapter", "final") and p.parent.name:  # sft/model, not model
         return f"{p.parent.name}/{p.name}"
     return p.name or path
 
@@ -368,8 +368,6 @@ def run(config: EvalConfig) -> dict[str, Any]:
     if not config.models:
         raise ConfigError("give at least one model to evaluate: agentic-rl eval MODEL_DIR [MODEL_DIR ...]")
     print(format_config(config, "eval"))
-    for model_path in config.models:  # a stage directory of an earlier version (merged/, now model/): before any output
-        check_model_folder(model_path)
     env_factory = None
     if config.environment is not None:  # a bad environment fails before anything is written
         from agentic_rl.agent.settings import build_environment
@@ -479,10 +477,3 @@ def _unique_names(paths: list[str]) -> list[str]:
         return names
     return [f"{i}-{n}" for i, n in enumerate(names)]
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["eval", *sys.argv[1:]]))

@@ -229,9 +229,6 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, dtype: Any = "auto", d
         if not base_name:
             raise ModelLoadError(f"{adapter_dir / 'adapter_config.json'}: field 'base_model_name_or_path' is empty")
     elif Path(name).is_dir() and not (Path(name) / "config.json").is_file():
-        from agentic_rl.runs import check_model_folder
-
-        check_model_folder(name)  # a stage directory of an earlier version: its model is in merged/, now model/
         raise ModelLoadError(f"{name} has neither config.json (a model) nor adapter_config.json (an adapter)")
 
     model = from_pretrained(AutoModelForCausalLM, base_name, "model", dtype=torch_dtype,

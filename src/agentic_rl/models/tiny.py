@@ -9,7 +9,8 @@ later stage runs the same code on it as on ``Qwen/Qwen3-0.6B``.
 
 Public pieces:
 
-* :func:`train_tokenizer` — corpus lines -> ``PreTrainedTokenizerFast`` with chat template;
+* :func:`train_tokenizer` — corpus lines -> ``PreTrainedTokenizerFast`` with chat template (the pretrain stage
+  passes :func:`agentic_rl.data.synthetic.default_tokenizer_corpus`);
 * :func:`build_tiny_model` — a random-init ``Qwen3ForCausalLM`` from a preset (``micro``, ``tiny``, ``small``);
 * :func:`build_qwen3_shape_model` — a random-init model with the real Qwen3-0.6B config *shape*, scaled down;
 * :func:`save_model_dir` — model + tokenizer + generation config, loadable by plain ``from_pretrained``.
@@ -17,7 +18,6 @@ Public pieces:
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Iterable
 
@@ -302,35 +302,3 @@ def save_model_dir(model, tokenizer, path: str | Path) -> Path:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
-
-
-def default_tokenizer_corpus(n_lines: int = 3000, seed: int = 0, *, exclude=(), tool_use: bool = False) -> list[str]:
-    """Text for training the embedded tokenizer: arithmetic lines, synthetic questions and their solutions in the
-    answer format, and the system prompt (so the chat scaffolding and ``Final Answer:`` become few tokens).
-
-    ``tool_use`` also adds the agent system prompt, the role names and calculator calls as the model writes them,
-    each in ``n_lines // 4`` lines: BPE merges only what is frequent, so without them a call's JSON wrapper stays ~48
-    byte-level tokens (the context at an episode's second call ~200 tokens) instead of 18.
-
-    Uses the data layer's generators.
-    """
-    from agentic_rl.data.formats import SYSTEM_PROMPT
-    from agentic_rl.data.gsm8k import parse_gsm8k_answer
-    from agentic_rl.data.synthetic import arithmetic_corpus, generate_synthetic
-
-    copies = max(20, n_lines // 50)
-    lines: list[str] = [SYSTEM_PROMPT] * copies
-    if tool_use:
-        from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT
-        from agentic_rl.agent.tool_format import render_tool_call
-
-        rng = random.Random(f"agentic-rl-tool-scaffold:{seed}")
-        calls = max(100, n_lines // 4)  # as frequent as the corpus's common words, or their pairs win the merges
-        lines += [AGENT_SYSTEM_PROMPT, "system\n", "user\n", "assistant\n"] * calls  # roles start every turn
-        lines += [render_tool_call("calculator", {"expression": f"{rng.randint(2, 99)}{rng.choice('+-*')}"
-                                                                f"{rng.randint(2, 99)}"}) for _ in range(calls)]
-    lines += list(arithmetic_corpus(n_lines, seed, exclude=exclude))
-    for row in generate_synthetic(max(n_lines // 4, 50), seed=seed + 99, exclude=exclude):
-        lines.append(row["question"] + "\n" + parse_gsm8k_answer(row["answer"])["solution_text"])
-    return lines
-

@@ -147,10 +147,3 @@ def run(config: RewardCheckConfig) -> dict[str, Any]:
         write_jsonl(config.output, results)
     return {"rows": results, "mean": mean, "weights": dict(zip(names, weights))}
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["reward", *sys.argv[1:]]))

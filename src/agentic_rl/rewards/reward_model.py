@@ -36,9 +36,6 @@ def load_reward_model(path: str | Path, *, device: str | None = None):
 
     path = Path(path)
     if not (path / "config.json").is_file():
-        from agentic_rl.runs import check_model_folder
-
-        check_model_folder(path)  # the run directory of an earlier version: its model is in merged/, now model/
         raise ConfigError(f"reward model {path} is not a model directory (no config.json); pass the model folder "
                           f"`agentic-rl reward-model` wrote (<run>/model)")
     device = resolve_device(device)

@@ -70,7 +70,6 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.errors import AgenticRLError, ConfigError, DataError
-from agentic_rl.runs import OLD_MODEL_FOLDER, check_model_folder, renamed_model_path
 
 try:  # optional integration: hello-agents (pip install 'agentic-rl[hello-agents]')
     from hello_agents.tools.base import Tool as _ToolBase
@@ -421,9 +420,6 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             path = self.runs[model].get("model_dir")
             if not path:
                 raise ConfigError(f"run {model!r} has no model (it is an evaluation or did not finish)")
-            path = renamed_model_path(path)  # recorded as <run>/merged by an earlier version, since renamed
-            if Path(path).name == OLD_MODEL_FOLDER:
-                check_model_folder(Path(path).parent)  # not renamed yet: say so
             return path
         return model
 

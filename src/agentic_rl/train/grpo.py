@@ -26,7 +26,7 @@ Where this departs from the paper and from TRL's defaults (the settings the Hell
   starting policy.
 * Sampling: ``generation_backend: trl`` is TRL's own (``model.generate`` on the padded generation batch, or vLLM);
   ``compact`` (the tiny preset's default) samples through TRL's ``rollout_func`` hook with the project's decode loop
-  (:func:`agentic_rl.eval.generation.generate_token_ids`: each distinct prompt prefilled once, ended completions
+  (:func:`agentic_rl.models.generate.generate_token_ids`: each distinct prompt prefilled once, ended completions
   dropped from the batch). TRL decodes, scores and trains on the completions either way.
 
 In an environment (``--environment calculator``, ``self_correct`` or ``module:Class``; settings in
@@ -815,11 +815,11 @@ def evaluate_heldout(model, tokenizer, rows, config: GRPOConfig, env_factory=Non
 
 def compact_rollout(prompts: list[list[dict[str, str]]], trainer) -> dict[str, Any]:
     """TRL ``rollout_func`` of ``generation_backend: compact``: samples the completions of a generation batch with
-    the project's decode loop (:func:`agentic_rl.eval.generation.generate_token_ids`), at the trainer's temperature,
+    the project's decode loop (:func:`agentic_rl.models.generate.generate_token_ids`), at the trainer's temperature,
     top-p, top-k and completion length, from the prompts rendered as TRL renders them (chat template, generation
     prompt, no thinking). TRL then decodes, scores and trains on them exactly as on its own samples."""
     from agentic_rl.data.formats import render_prompt
-    from agentic_rl.eval.generation import generate_token_ids
+    from agentic_rl.models.generate import generate_token_ids
 
     tokenizer, args = trainer.processing_class, trainer.args
     prompt_ids = [tokenizer(render_prompt(tokenizer, p, enable_thinking=False), add_special_tokens=False)["input_ids"]

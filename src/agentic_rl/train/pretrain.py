@@ -23,7 +23,8 @@ Algorithm:
 5. Saved with ``save_pretrained`` into ``<run>/model``: plain ``AutoModelForCausalLM.from_pretrained`` /
    ``AutoTokenizer.from_pretrained`` / ``pipeline("text-generation")`` load it. ``<run>/metrics.json`` holds the
    final and held-out loss and an arithmetic probe (greedy ``a op b =`` completions on fresh facts),
-   ``<run>/metrics.jsonl`` every logged step (``train/loss``, ``train/learning_rate``, ``eval/loss``, ...).
+   ``<run>/metrics.jsonl`` every logged step (``train/loss``, ``train/learning_rate``, ``eval/loss``, ...), and
+   ``<run>/stage.json`` marks the run finished (:class:`agentic_rl.runs.StageRun`).
 
 Run: ``agentic-rl pretrain --output-dir runs/base`` (about 3 minutes on 2 CPU cores with the defaults).
 """
@@ -37,19 +38,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, config_to_dict, format_config,
-                               report_to_list, save_config, setting)
+                               report_to_list, setting)
 from agentic_rl.data.synthetic import COPY_LAYOUTS
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
 from agentic_rl.utils import default_mixed_precision, has_gpu, log, set_seed, write_json
 
 #: Pretraining corpora (``PretrainConfig.corpus``).
 CORPORA = ("arithmetic", "arithmetic+copy")
 
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
-#: What a run writes (``log_history.json``: what earlier versions wrote instead of ``metrics.jsonl``).
-PRETRAIN_OUTPUTS = ("checkpoints", "tokenizer", MODEL_FOLDER, "metrics.json", "metrics.jsonl", "log_history.json",
-                    "tensorboard")
 
 
 @dataclass
@@ -222,16 +220,18 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     import datasets
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
+    from agentic_rl.agent.tasks import tool_call_scaffold
+    from agentic_rl.data.synthetic import default_tokenizer_corpus
     from agentic_rl.models.loading import count_parameters
-    from agentic_rl.models.tiny import build_tiny_model, default_tokenizer_corpus, save_model_dir, train_tokenizer
+    from agentic_rl.models.tiny import build_tiny_model, save_model_dir, train_tokenizer
     from agentic_rl.train.monitoring import HealthCallback, MetricsCallback, MetricsLogger, resolve_report_to
 
     start = time.time()
     out = stage_path(config.output_dir, "pretrain")
     print(format_config(config, "pretrain"), flush=True)
     # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
-    resume_from = check_stage_dir(out, config, stage="pretrain", finished="metrics.json",
-                                  checkpoints=out / "checkpoints")
+    stage_run = StageRun(out, config, stage="pretrain")
+    resume_from = stage_run.check()
     report_to = resolve_report_to(config.report_to, out)
     set_seed(config.seed)
 
@@ -245,8 +245,9 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
     else:
         # the tokenizer also sees the system prompt and formatted solutions, so that those become few tokens
-        extra = default_tokenizer_corpus(max(config.corpus_lines // 4, 500), seed=config.seed + 1,
-                                         tool_use=config.tool_call_tokens)
+        n_extra, extra_seed = max(config.corpus_lines // 4, 500), config.seed + 1
+        scaffold = tool_call_scaffold(n_extra, extra_seed) if config.tool_call_tokens else []
+        extra = default_tokenizer_corpus(n_extra, seed=extra_seed, scaffold=scaffold)
         tokenizer = train_tokenizer(lines + extra, vocab_size=config.vocab_size)
     blocks = pack_blocks(lines, tokenizer, config.seq_length)
     rng = random.Random(config.seed)
@@ -269,8 +270,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     _, n_params = count_parameters(model)
 
     # --- only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded
-    claim_stage_dir(out, config, stage="pretrain", stale=PRETRAIN_OUTPUTS, resuming=resume_from is not None)
-    save_config(config, out / "config.yaml")
+    stage_run.claim()
     if not resumed_tokenizer:
         tokenizer.save_pretrained(tok_dir)
 
@@ -330,12 +330,5 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     log(f"pretrain done in {metrics['wall_time_s']} s: loss {metrics['train/loss']:.3f}, "
         f"eval loss {metrics.get('eval/loss', float('nan')):.3f}, "
         f"arithmetic probe {metrics['eval/arithmetic_accuracy']:.1%}; model in {model_dir}")
-    return {"model_dir": str(model_dir), "run_dir": str(out), "metrics": metrics}
+    return stage_run.finish({"model_dir": str(model_dir), "run_dir": str(out), "metrics": metrics})
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["pretrain", *sys.argv[1:]]))

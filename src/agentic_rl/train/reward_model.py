@@ -18,8 +18,8 @@ Algorithm (the Bradley-Terry reward model of InstructGPT, as TRL 1.16 implements
    (:mod:`agentic_rl.rewards.reward_model`).
 5. Output in the run directory: ``model/`` (the reward model: LoRA merged into it, loadable with
    ``AutoModelForSequenceClassification``; the stage's model folder), ``adapter/`` for LoRA runs, ``config.yaml``,
-   ``metrics.json``, ``metrics.jsonl`` (every logged step), ``checkpoints/`` (for ``--resume``); a finished run is replaced only with
-   ``--overwrite`` (``agentic_rl.runs``).
+   ``metrics.json``, ``metrics.jsonl`` (every logged step), ``checkpoints/`` (for ``--resume``), ``stage.json`` once
+   finished; a finished run is replaced only with ``--overwrite`` (:class:`agentic_rl.runs.StageRun`).
 
 Use it as a GRPO reward:
 ``agentic-rl grpo --model runs/sft/model --reward 'reward_model(path=runs/reward-model/model)'`` (or
@@ -36,16 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, save_config,
-                               setting)
+from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, setting)
 from agentic_rl.errors import ConfigError, DataError
-from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
 from agentic_rl.utils import has_gpu, iter_jsonl, log, set_seed, supports_bf16, write_json
 
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
-#: What a run writes (``log_history.json``: what earlier versions wrote instead of ``metrics.jsonl``).
-REWARD_MODEL_OUTPUTS = ("checkpoints", "adapter", MODEL_FOLDER, "metrics.json", "metrics.jsonl", "log_history.json",
-                        "tensorboard")
 
 
 @dataclass
@@ -250,8 +246,8 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     out = stage_path(config.output_dir, "reward-model")
     print(format_config(config, "reward-model"), flush=True)
     # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
-    checkpoint = check_stage_dir(out, config, stage="reward-model", finished="metrics.json",
-                                 checkpoints=out / "checkpoints")
+    stage_run = StageRun(out, config, stage="reward-model")
+    checkpoint = stage_run.check()
     # Everything is validated and loaded before the run directory is touched.
     rows, conversational = load_pairs(config.dataset)
     train_rows, heldout_rows = split_pairs(rows, config)
@@ -259,8 +255,7 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     model, tokenizer = load_reward_base(config, conversational=conversational)
     report = resolve_report_to(config.report_to, out)  # checks the packages before anything is removed
 
-    claim_stage_dir(out, config, stage="reward-model", stale=REWARD_MODEL_OUTPUTS, resuming=checkpoint is not None)
-    save_config(config, out / "config.yaml")
+    stage_run.claim()
     metrics_logger = MetricsLogger(out, report, config=config_to_dict(config), resume=checkpoint is not None)
 
     before = pairwise_accuracy(model.eval(), tokenizer, heldout_rows, batch_size=config.score_batch_size)
@@ -318,13 +313,6 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     acc = metrics["eval/pairwise_accuracy"]
     log(f"reward model done in {metrics['wall_time_s']} s, step {metrics['global_step']}: held-out pairwise "
         f"accuracy {'n/a' if acc is None else f'{acc:.1%}'} on {len(heldout_rows)} pairs; model in {model_dir}")
-    return {"run_dir": str(out), "model_dir": str(model_dir), "adapter_dir": str(adapter_dir) if adapter_dir else None,
-            "metrics": metrics}
+    return stage_run.finish({"run_dir": str(out), "model_dir": str(model_dir),
+                           "adapter_dir": str(adapter_dir) if adapter_dir else None, "metrics": metrics})
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["reward-model", *sys.argv[1:]]))

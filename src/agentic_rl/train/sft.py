@@ -23,8 +23,9 @@ Algorithm:
 5. Output in the run directory: ``checkpoints/`` (for ``--resume``), ``adapter/`` (LoRA weights + tokenizer),
    ``model/`` (the adapter merged in with ``merge_and_unload``: a plain model directory later stages and export start
    from), ``config.yaml``,
-   ``metrics.json`` (final numbers) and ``metrics.jsonl`` (every logged step), and the marker ``.agentic-rl-run`` with the settings ``--resume`` checks
-   (a finished run is replaced only with ``--overwrite``); a LoRA adapter records its base in ``base_fingerprint.json``.
+   ``metrics.json`` (final numbers) and ``metrics.jsonl`` (every logged step), the marker ``.agentic-rl-run`` with
+   the settings ``--resume`` checks and, once finished, ``stage.json`` (a finished run is replaced only with
+   ``--overwrite``; :class:`agentic_rl.runs.StageRun`); a LoRA adapter records its base in ``base_fingerprint.json``.
 
 In an environment (``--environment``, :class:`agentic_rl.agent.settings.EnvironmentSettings`) the rows become
 whole demonstration episodes (:func:`build_environment_dataset`): the environment's ``demonstration(task)`` (the
@@ -49,19 +50,16 @@ from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, check_retired_value, config_to_dict,
-                               format_config, report_to_list, save_config, setting)
+                               format_config, report_to_list, setting)
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import MODEL_FOLDER, check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
 from agentic_rl.train.logprobs import labelled_positions_only
 from agentic_rl.utils import (default_mixed_precision, has_gpu, log, set_seed, supports_bf16, warn, world_size,
                               write_json)
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
-#: What a run writes (``log_history.json``: what earlier versions wrote instead of ``metrics.jsonl``).
-SFT_OUTPUTS = ("checkpoints", "adapter", MODEL_FOLDER, "metrics.json", "metrics.jsonl", "log_history.json",
-               "tensorboard")
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
 #: SFT's training-set size on the synthetic task when max_train_samples is unset (GRPO's is another:
 #: :data:`agentic_rl.eval.validation.SYNTHETIC_TRAIN_ROWS_AFTER_CARVING`).
@@ -523,7 +521,8 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     out = stage_path(config.output_dir, "sft")
     print(format_config(config, "sft"), flush=True)
     # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
-    resume_from = check_stage_dir(out, config, stage="sft", finished="metrics.json", checkpoints=out / "checkpoints")
+    stage_run = StageRun(out, config, stage="sft")
+    resume_from = stage_run.check()
     report = resolve_report_to(config.report_to, out)
     set_seed(config.seed)
 
@@ -543,8 +542,7 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         log(f"sft in environment {config.environment}: {counts['environment']} demonstrations in the environment, "
             f"{counts['skip_tool']} answered directly under its prompt, {counts['direct']} without it")
     # Only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded.
-    claim_stage_dir(out, config, stage="sft", stale=SFT_OUTPUTS, resuming=resume_from is not None)
-    save_config(config, out / "config.yaml")
+    stage_run.claim()
     metrics_logger = MetricsLogger(out, report, config=config_to_dict(config), resume=resume_from is not None)
     n_train, n_total = count_parameters(model)
     args = trainer_arguments(config, out, ["none"], n_total)  # metrics go through metrics_logger
@@ -589,13 +587,6 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     log(f"sft done in {metrics['wall_time_s']} s, step {metrics['global_step']}: loss "
         f"{metrics['train/first_loss']} -> {metrics['train/last_loss']}; adapter {paths['adapter_dir']}, "
         f"model {paths['model_dir']}")
-    return {"run_dir": str(out), **paths, "model_dir": paths["model_dir"] or paths["adapter_dir"],
-            "metrics": metrics}
+    return stage_run.finish({"run_dir": str(out), **paths, "model_dir": paths["model_dir"] or paths["adapter_dir"],
+                           "metrics": metrics})
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["sft", *sys.argv[1:]]))

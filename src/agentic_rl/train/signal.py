@@ -36,7 +36,7 @@ from agentic_rl.utils import log
 def estimate_pass_rates(model, tokenizer, rows: list[dict[str, Any]], *, samples: int, temperature: float,
                         max_new_tokens: int, seed: int = 0) -> list[float]:
     """Per row: the share of ``samples`` completions (sampled at ``temperature``) that are correct (strict)."""
-    from agentic_rl.eval.generation import generate_batched
+    from agentic_rl.models.generate import generate_batched
     from agentic_rl.rewards import is_correct
 
     generations = generate_batched(model, tokenizer, [r["prompt"] for r in rows], max_new_tokens=max_new_tokens,

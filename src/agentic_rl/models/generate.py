@@ -1,5 +1,6 @@
-"""Batched generation, the one decoding path of evaluation, GRPO's held-out checks, GRPO's sampling (tiny preset) and
-the agent's episode loop.
+"""Batched generation, the one decoding path of evaluation, GRPO's held-out checks, GRPO's sampling (tiny preset),
+preference sampling and the agent's episode loop. It sits with model loading, below the layers that generate, and
+imports torch and transformers when imported: callers import it where they generate, not at their own import.
 
 The reference system generated one prompt at a time. Here prompts are rendered with the one prompt builder
 (:func:`agentic_rl.data.formats.render_prompt`, the same one SFT and GRPO use), tokenized, sorted by length (little
@@ -26,8 +27,12 @@ top_k=20``) are overridden explicitly: what the caller asks for is what runs.
 
 from __future__ import annotations
 
-import functools
+import inspect
 from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from agentic_rl.data.formats import render_prompt
 
@@ -73,8 +78,6 @@ def auto_batch_size(model, max_seq_len: int, num_prompts: int | None = None, *, 
     ~64-128 rows, measured on the embedded model) or :data:`CPU_COMPACT_CAP` for the compact loop (which drops ended
     rows, so a larger batch only saves steps), and at the number of sequences to generate.
     """
-    import torch
-
     per_seq = max(1, _kv_bytes_per_token(model) * max_seq_len)
     device = _model_device(model)
     if device.type == "cuda":
@@ -89,8 +92,6 @@ def auto_batch_size(model, max_seq_len: int, num_prompts: int | None = None, *, 
 
 
 def _model_device(model):
-    import torch
-
     device = getattr(model, "device", None)
     if isinstance(device, torch.device):
         return device
@@ -135,8 +136,6 @@ def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int,
     padded batches, which carries finished rows to the end of the batch; ``auto`` is ``compact`` wherever the model
     allows it (a decoder-only model with plain full-attention cache layers), else ``padded``.
     """
-    import torch
-
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if not contexts:
@@ -169,9 +168,6 @@ def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int,
 def _compact_supported(model) -> bool:
     """Whether :func:`_decode_compact` can drive the model: a decoder-only model whose forward takes
     ``position_ids``, a cache and ``logits_to_keep``, and whose cache is all full-attention layers."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
-
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wrappers
     config = getattr(base, "config", None)
     if config is None or getattr(config, "is_encoder_decoder", False) or _cache_keyword(model) is None:
@@ -186,8 +182,6 @@ def _compact_supported(model) -> bool:
 def _cache_keyword(model) -> str | None:
     """The forward's name for the KV cache (``cache`` since transformers 5.24, ``past_key_values`` before), or None
     when the forward lacks it, ``position_ids`` or ``logits_to_keep``."""
-    import inspect
-
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     try:
         params = set(inspect.signature(base.forward).parameters)
@@ -201,8 +195,6 @@ def _cache_keyword(model) -> str | None:
 def _left_pad(contexts: list[list[int]], pad_id: int):
     """(input_ids, attention_mask), both (B, longest): [pad ... pad, tokens]; decoder-only models continue from the
     last position, so padding must sit on the left."""
-    import torch
-
     width = max(len(c) for c in contexts)
     input_ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(contexts), width), dtype=torch.long)
@@ -229,6 +221,48 @@ def _decode_padded(model, contexts, *, max_new_tokens, stop_ids, pad_id, tempera
     return out[:, input_ids.shape[1]:].cpu()
 
 
+class PreallocatedLayer(DynamicLayer):
+    """A full-attention cache layer with room for ``capacity`` positions, allocated when the first keys arrive:
+    ``update`` writes the new keys and values in place and returns views of the filled part."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+        self.key_buffer = self.value_buffer = None
+
+    def write_rows(self, rows, keys, values, batch: int, width: int) -> None:
+        """Prefill: put (len(rows), heads, w, dim) keys and values right-aligned at ``width`` in ``rows``."""
+        if self.key_buffer is None:
+            shape = (batch, keys.shape[1], self.capacity, keys.shape[3])
+            # Zeros, not empty: padding positions are masked, but 0 x NaN garbage would still be NaN.
+            self.key_buffer = torch.zeros(shape, dtype=keys.dtype, device=keys.device)
+            self.value_buffer = torch.zeros(shape, dtype=values.dtype, device=values.device)
+            self.device, self.is_initialized = keys.device, True
+        self.key_buffer[rows, :, width - keys.shape[2]:width] = keys
+        self.value_buffer[rows, :, width - values.shape[2]:width] = values
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self.keys = self.key_buffer[:, :, :self.length]
+        self.values = self.value_buffer[:, :, :self.length]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        n = key_states.shape[-2]
+        self.key_buffer[:, :, self.length:self.length + n] = key_states
+        self.value_buffer[:, :, self.length:self.length + n] = value_states
+        self.length += n
+        self._refresh()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices) -> None:
+        self.key_buffer = self.key_buffer.index_select(0, indices)
+        self.value_buffer = self.value_buffer.index_select(0, indices)
+        self._refresh()
+
+
 #: Prompts prefilled per forward pass by the compact loop on a CPU: a prefill of the whole batch at once moves
 #: activations too large for the CPU's caches (and pads every prompt to the longest); chunks of length-sorted prompts
 #: do not. On an accelerator the whole batch is prefilled at once.
@@ -250,14 +284,10 @@ def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temper
     sequences leave the batch (once they are 1/:data:`REMOVE_FRACTION` of it: a removal copies the cache), where
     ``generate`` keeps computing finished rows until the longest one ends.
     """
-    import torch
-    from transformers import DynamicCache
-
     device = _model_device(model)
     width = max(len(c) for c in contexts)
     cache = DynamicCache(config=model.config)
-    layer_class = _preallocated_layer_class()
-    cache.layers = [layer_class(width + max_new_tokens) for _ in cache.layers]
+    cache.layers = [PreallocatedLayer(width + max_new_tokens) for _ in cache.layers]
     cache_keyword = _cache_keyword(model) or "past_key_values"
     attention = torch.zeros((len(contexts), width), dtype=torch.long, device=device)
     last_position = torch.empty(len(contexts), dtype=torch.long, device=device)
@@ -314,61 +344,8 @@ def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temper
     return new[:, :max_new_tokens].cpu()
 
 
-@functools.lru_cache(maxsize=None)
-def _preallocated_layer_class():
-    """The compact loop's cache layer class, defined on first use (this module imports transformers lazily)."""
-    from transformers.cache_utils import DynamicLayer
-
-    class PreallocatedLayer(DynamicLayer):
-        """A full-attention cache layer with room for ``capacity`` positions, allocated when the first keys arrive:
-        ``update`` writes the new keys and values in place and returns views of the filled part."""
-
-        def __init__(self, capacity: int):
-            super().__init__()
-            self.capacity, self.length = capacity, 0
-            self.key_buffer = self.value_buffer = None
-
-        def write_rows(self, rows, keys, values, batch: int, width: int) -> None:
-            """Prefill: put (len(rows), heads, w, dim) keys and values right-aligned at ``width`` in ``rows``."""
-            import torch
-
-            if self.key_buffer is None:
-                shape = (batch, keys.shape[1], self.capacity, keys.shape[3])
-                # Zeros, not empty: padding positions are masked, but 0 x NaN garbage would still be NaN.
-                self.key_buffer = torch.zeros(shape, dtype=keys.dtype, device=keys.device)
-                self.value_buffer = torch.zeros(shape, dtype=values.dtype, device=values.device)
-                self.device, self.is_initialized = keys.device, True
-            self.key_buffer[rows, :, width - keys.shape[2]:width] = keys
-            self.value_buffer[rows, :, width - values.shape[2]:width] = values
-            self._refresh()
-
-        def _refresh(self) -> None:
-            self.keys = self.key_buffer[:, :, :self.length]
-            self.values = self.value_buffer[:, :, :self.length]
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            n = key_states.shape[-2]
-            self.key_buffer[:, :, self.length:self.length + n] = key_states
-            self.value_buffer[:, :, self.length:self.length + n] = value_states
-            self.length += n
-            self._refresh()
-            return self.keys, self.values
-
-        def get_seq_length(self) -> int:
-            return self.length
-
-        def batch_select_indices(self, indices) -> None:
-            self.key_buffer = self.key_buffer.index_select(0, indices)
-            self.value_buffer = self.value_buffer.index_select(0, indices)
-            self._refresh()
-
-    return PreallocatedLayer
-
-
 def _next_tokens(logits, temperature: float, top_p: float, top_k: int):
     """Greedy argmax, or a draw after temperature, top-k and top-p filtering (``generate``'s order and rules)."""
-    import torch
-
     if temperature <= 0:
         return logits.argmax(-1)
     scores = logits.float() / temperature
@@ -398,8 +375,6 @@ def generate_batched(model, tokenizer, prompts: list[list[dict[str, str]]], *, m
     ``engine`` is :func:`generate_token_ids`'s. The model is put in eval mode for the call and returned to the mode
     it was in (training loops call this).
     """
-    import torch
-
     if not prompts:
         return []
     if num_samples < 1:
@@ -457,8 +432,6 @@ def _decode(tokenizer, ids: list[int], eos_ids: list[int], max_new_tokens: int) 
 def generate_one_by_one(model, tokenizer, prompts: list[list[dict[str, str]]], *, max_new_tokens: int,
                         enable_thinking: bool = False) -> list[GenerationResult]:
     """The naive baseline: one prompt per ``generate`` call, greedy. The reference for the equivalence test."""
-    import torch
-
     eos_ids = _eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
     device = _model_device(model)

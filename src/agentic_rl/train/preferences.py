@@ -1,6 +1,6 @@
 """Preference pairs from the model itself (the data half of RLAIF): sample, judge, keep best vs worst.
 
-For each training prompt the model samples ``num_samples`` completions (``eval.generation.generate_batched``: the
+For each training prompt the model samples ``num_samples`` completions (``models.generate.generate_batched``: the
 chat template as the policy sees it, temperature ``temperature``, seeded). A **judge** scores every completion: the
 weighted sum of reward specs from the rewards registry (``--judge accuracy`` — the verifier — by default; any
 registered reward, a ``module:function``, or an LLM judge registered there, e.g. ``--judge 'judge(base_url=...)'``).
@@ -14,6 +14,7 @@ Output in the run directory (default ``runs/preferences``):
     samples.jsonl   every sampled completion with its score (to inspect the judge)
     stats.json      prompts, samples, pairs, prompts skipped as ties, mean best / worst score
     config.yaml     the resolved settings (an earlier run's pairs are replaced only with ``--overwrite``)
+    stage.json      written last: the run finished (:class:`agentic_rl.runs.StageRun`)
 
 Run: ``agentic-rl preferences --model runs/sft/model --num-samples 4 --judge accuracy``
 """
@@ -25,12 +26,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import SEED_RANGE, check_range, format_config, save_config, setting
+from agentic_rl.config import SEED_RANGE, check_range, format_config, setting
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import check_stage_dir, claim_stage_dir, stage_path
+from agentic_rl.runs import StageRun, stage_path
 from agentic_rl.utils import log, set_seed, write_json, write_jsonl
-
-PREFERENCES_OUTPUTS = ("pairs.jsonl", "samples.jsonl", "stats.json")
 
 
 @dataclass
@@ -120,15 +119,16 @@ def best_and_worst(scores: list[float], min_margin: float) -> tuple[int, int] | 
 
 def run(config: PreferencesConfig) -> dict[str, Any]:
     """Sample, judge and pair; returns ``{"run_dir", "pairs_path", "stats"}``."""
-    from agentic_rl.eval.generation import generate_batched
     from agentic_rl.models import load_model_and_tokenizer
+    from agentic_rl.models.generate import generate_batched
     from agentic_rl.rewards import build_rewards
 
     if not config.model:
         raise ConfigError("model is required: the model that writes the candidates (--model runs/sft/model)")
     start = time.time()
     out = stage_path(config.output_dir, "preferences")
-    check_stage_dir(out, config, stage="preferences", finished="stats.json", checkpoints=out)
+    stage_run = StageRun(out, config, stage="preferences")
+    stage_run.check()
     set_seed(config.seed)
     # Everything is loaded and checked before anything is written.
     funcs, weights = build_rewards(list(config.judge))
@@ -169,9 +169,8 @@ def run(config: PreferencesConfig) -> dict[str, Any]:
              "mean_chosen_score": sum(best_scores) / len(pairs) if pairs else None,
              "mean_rejected_score": sum(worst_scores) / len(pairs) if pairs else None,
              "judge": list(config.judge), "wall_time_s": round(time.time() - start, 1)}
-    claim_stage_dir(out, config, stage="preferences", stale=PREFERENCES_OUTPUTS, resuming=False)
+    stage_run.claim()
     print(format_config(config, "preferences"), flush=True)
-    save_config(config, out / "config.yaml")
     pairs_path = write_jsonl(out / "pairs.jsonl", pairs)
     write_jsonl(out / "samples.jsonl", samples)
     write_json(out / "stats.json", stats)
@@ -180,12 +179,5 @@ def run(config: PreferencesConfig) -> dict[str, Any]:
     if not pairs:
         log("no pairs: every prompt's samples scored alike; sample more (num_samples), raise the temperature, or "
             "use a judge with finer scores")
-    return {"run_dir": str(out), "pairs_path": str(pairs_path), "stats": stats}
+    return stage_run.finish({"run_dir": str(out), "pairs_path": str(pairs_path), "stats": stats})
 
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from agentic_rl.cli import main
-
-    sys.exit(main(["preferences", *sys.argv[1:]]))
