@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A short (< 5 min) check of the GPU path on a lent machine: a Qwen3-0.6B-shaped random-init model built locally
+# A short (< 5 min) check of the GPU path on a GPU machine: a Qwen3-0.6B-shaped random-init model built locally
 # (no hub), batched generation, a few SFT and GRPO steps in bf16 with LoRA through the stage functions; prints step
 # times, peak GPU memory and tokens/s, and writes gpu_check.json (into $OUT when set, else runs/gpu_check/).
 #
@@ -10,8 +10,6 @@
 #   2. on the GPU machine, from the repo root:   bash scripts/gpu_check.sh [--sft-steps 8 --grpo-steps 4 ...]
 #      installs .whl/*.whl into /tmp/agentic_site when .whl/ is there (else uses what the machine has; torch must be
 #      present), then runs scripts/gpu_check.py (`--help` lists its options).
-#
-# With the device tool: run(command="bash scripts/gpu_check.sh", carry=[".whl"], timeout_s=420).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -3,6 +3,7 @@ env masks, per-step rewards summed into the return, SFT labels and GRPO loss mas
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -244,7 +245,7 @@ def test_grpo_loss_has_no_gradient_on_tool_tokens(tiny_model_dir, tokenizer, mon
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    from agentic_rl.train.rloo import make_rloo_rollout_trainer_class
+    from agentic_rl.train.grpo_trainer import RLOOEpisodeTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     rows = agent_rows([ROW, {"question": "Sam has 47 bags with 23 beads each. How many beads?",
@@ -261,7 +262,7 @@ def test_grpo_loss_has_no_gradient_on_tool_tokens(tiny_model_dir, tokenizer, mon
     rollout = make_rollout_func(lambda: CalculatorEnv(), rows,
                                 RolloutSettings(max_turn_tokens=64, tools_in_prompt=False),
                                 log_path=tmp_path / "rollouts.jsonl")
-    trainer_class = make_rloo_rollout_trainer_class() if algorithm == "rloo" else GRPOTrainer
+    trainer_class = RLOOEpisodeTrainer if algorithm == "rloo" else GRPOTrainer
     trainer = trainer_class(model=model, reward_funcs=[trajectory_return_reward], args=args,
                             train_dataset=Dataset.from_list([{"prompt": r["prompt"]} for r in rows]),
                             processing_class=tokenizer, rollout_func=rollout)
@@ -426,30 +427,28 @@ def test_agent_rloo_trains_two_steps_with_leave_one_out_advantages_and_kl_in_the
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from agentic_rl.config import config_from_dict
-    from agentic_rl.train import rloo
+    from agentic_rl.train import grpo_trainer
     from agentic_rl.train.grpo import GRPOConfig, run
 
     monkeypatch.setattr(rollout_mod, "generate_batch",
                         scripted_policy(tokenizer, [CALL, "Final Answer: 1081"], wrong_rows=(1, 2, 3)))
     captured = []
-    real_factory = rloo.make_rloo_rollout_trainer_class
 
-    def recording_factory():
-        class Recording(real_factory()):
-            def _generate_and_score_completions(self, inputs):
-                batch = super()._generate_and_score_completions(inputs)
-                model = self.accelerator.unwrap_model(self.model)
-                policy = _completion_logps(model, batch)
-                with model.disable_adapter():  # the LoRA reference: the base model
-                    reference = _completion_logps(model, batch)
-                mask = batch["completion_mask"] * batch["tool_mask"]
-                captured.append({"advantages": batch["advantages"].clone(),
-                                 "kl": ((policy - reference) * mask).sum(1), "old_logps": batch["old_logps"].clone(),
-                                 "policy_logps": (policy * mask).sum(1), "action_tokens": mask.sum()})
-                return batch
-        return Recording
+    class Recording(grpo_trainer.RLOOEpisodeTrainer):
+        def _generate_and_score_completions(self, inputs):
+            batch = super()._generate_and_score_completions(inputs)
+            model = self.accelerator.unwrap_model(self.model)
+            policy = _completion_logps(model, batch)
+            with model.disable_adapter():  # the LoRA reference: the base model
+                reference = _completion_logps(model, batch)
+            mask = batch["completion_mask"] * batch["tool_mask"]
+            captured.append({"advantages": batch["advantages"].clone(),
+                             "kl": ((policy - reference) * mask).sum(1), "old_logps": batch["old_logps"].clone(),
+                             "policy_logps": (policy * mask).sum(1), "action_tokens": mask.sum()})
+            return batch
 
-    monkeypatch.setattr(rloo, "make_rloo_rollout_trainer_class", recording_factory)
+    episodes = grpo_trainer.VARIANTS[("rloo", "episodes")]
+    monkeypatch.setitem(grpo_trainer.VARIANTS, ("rloo", "episodes"), dataclasses.replace(episodes, trainer=Recording))
     data = tmp_path / "task.jsonl"
     data.write_text(json.dumps(ROW) + "\n")
     out = tmp_path / "agent-rloo"

@@ -141,10 +141,17 @@ def test_a_group_of_fewer_than_two_generations_is_refused(value):
 
 
 def test_defaults_are_in_range():
+    """Every command's defaults pass its own range checks, and the resolved defaults load back to the same config
+    (what a run directory's config.yaml holds is a valid config)."""
+    checked = []
     for command in COMMANDS:
         if command in ("quickstart", "pipeline"):
             continue
-        config_from_dict(_config_class(command), dict(BASE.get(command, {})))
+        cls = _config_class(command)
+        config = config_from_dict(cls, dict(BASE.get(command, {})))
+        assert config_from_dict(cls, dataclasses.asdict(config)) == config, command
+        checked.append(command)
+    assert len(checked) == len(COMMANDS) - 2
 
 
 @pytest.mark.parametrize("command", ["pretrain", "sft", "grpo"])

@@ -8,7 +8,7 @@ Every block gets the cheap check, without training:
 * a ``make`` target exists in the Makefile; a benchmark or script exists and its source knows every flag given;
 * a Python block runs (a ``# NAME.py`` block is written as that file first); a YAML or JSON block parses.
 
-Markers on the line before a block say more:
+Markers on the line before a block (a long one wraps over several lines) say more:
 
 * ``<!-- docs-test: run ARGS -->`` runs the block's commands for real, in order, in a fresh directory, each
   ``agentic-rl`` command with those of ``ARGS`` appended that its stage has (``--max-steps 2`` shrinks a training
@@ -83,11 +83,24 @@ def read_blocks(path: Path, text: str | None = None) -> list[Block]:
         while i < len(lines) and lines[i].rstrip() != "```":
             body.append(lines[i])
             i += 1
-        marker = MARKER.match(lines[start - 1].strip()) if start else None
+        marker = marker_before(lines, start)
         blocks.append(Block(path, start + 1, fence.group(1).lower(), "\n".join(body) + "\n",
                             marker.group(1) if marker else None, marker.group(2) if marker else ""))
         i += 1
     return blocks
+
+
+def marker_before(lines: list[str], fence: int) -> re.Match | None:
+    """The docs-test marker that ends on the line before a fence; a long one wraps over several lines."""
+    end = fence - 1
+    if end < 0 or not lines[end].rstrip().endswith("-->"):
+        return None
+    first = end
+    while not lines[first].lstrip().startswith("<!--"):
+        first -= 1
+        if first < 0 or not lines[first].strip() or FENCE.match(lines[first]):
+            return None
+    return MARKER.match(" ".join(line.strip() for line in lines[first:end + 1]))
 
 
 def shell_commands(text: str) -> list[list[str]]:
@@ -305,9 +318,12 @@ def test_markers_and_named_blocks_are_read():
         "<!-- docs-test: run --max-steps 2 -->", "```bash", "agentic-rl data preview \\", "    --source synthetic",
         "```", "", "```yaml", "# tune.yaml", "stage: grpo", "```",
         "<!-- docs-test: skip needs a server -->", "```python", "print(1)", "```",
+        "<!-- docs-test: run --max-steps 2", "     --eval-samples 4 -->", "```bash", "agentic-rl data preview", "```",
+        "an unrelated comment -->", "```bash", "agentic-rl data stats", "```",
     ]))
     assert [(b.marker, b.argument, b.file_name) for b in blocks] == [
-        ("run", "--max-steps 2", None), (None, "", "tune.yaml"), ("skip", "needs a server", None)]
+        ("run", "--max-steps 2", None), (None, "", "tune.yaml"), ("skip", "needs a server", None),
+        ("run", "--max-steps 2 --eval-samples 4", None), (None, "", None)]
     assert shell_commands(blocks[0].text) == [["agentic-rl", "data", "preview", "--source", "synthetic"]]
     assert shrink_arguments(["grpo", "--model", "m"], ["--max-steps", "2", "--corpus-lines", "9"]) == [
         "grpo", "--model", "m", "--max-steps", "2"]

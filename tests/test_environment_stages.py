@@ -187,10 +187,10 @@ def test_grpo_in_an_environment_killed_with_sigkill_resumes_to_the_same_step_cou
         time.sleep(0.2)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert process.returncode == -signal.SIGKILL and not (out / "result.json").exists()
+    assert process.returncode == -signal.SIGKILL and not (out / "stage.json").exists()
     resumed = subprocess.run(command + ["--resume"], env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    result = json.loads((out / "result.json").read_text())
+    result = json.loads((out / "stage.json").read_text())
     assert result["steps"] == 6 and "checkpoint-" in result["resumed_from"]
     steps = [r["step"] for r in _rows(out / "metrics.jsonl") if "agent/return" in r]
     assert steps[-1] == 6 and sorted(set(steps)) == list(range(1, 7))
@@ -219,7 +219,7 @@ def test_tune_scores_environment_trials_by_their_episodes(tiny_model_dir, tmp_pa
 
 
 def test_rl_training_tool_trains_and_evaluates_in_an_environment(tiny_model_dir, tmp_path):
-    from agentic_rl.tools.rl_training import RLTrainingTool
+    from agentic_rl.integrations.hello_agents import RLTrainingTool
 
     tool = RLTrainingTool(workspace=tmp_path / "ws")
     trained = json.loads(tool.run({

@@ -270,7 +270,7 @@ def test_compact_rollout_renders_like_trl_and_samples_the_naive_greedy_tokens(mo
     prompt ids are TRL's own tokenization of the prompts."""
     from types import SimpleNamespace
 
-    from agentic_rl.train.grpo import compact_rollout
+    from agentic_rl.train.grpo_trainer import compact_rollout
 
     model, tok = model_and_tokenizer
     prompts = [build_prompt(q, None) for q in QUESTIONS[:3]]

@@ -14,7 +14,8 @@ import pytest
 
 from agentic_rl.config import config_from_args, config_from_dict, format_config, load_config, save_config
 from agentic_rl.errors import ConfigError
-from agentic_rl.train.grpo import GRPOConfig, health_monitor, rename_metrics
+from agentic_rl.train.grpo import GRPOConfig
+from agentic_rl.train.grpo_trainer import health_monitor, rename_metrics
 
 # ---------------------------------------------------------------------------------------------------------------
 # Config

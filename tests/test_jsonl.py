@@ -77,7 +77,7 @@ def test_the_judge_cache_survives_a_line_cut_short(tmp_path, capsys):
 
 
 def test_a_damaged_tool_workspace_state_is_one_line(tmp_path):
-    from agentic_rl.tools.rl_training import RLTrainingTool
+    from agentic_rl.integrations.hello_agents import RLTrainingTool
 
     (tmp_path / "rl_training_state.json").write_text('{"runs": {')
     with pytest.raises(DataError, match=r"rl_training_state\.json: not valid JSON"):

@@ -92,11 +92,9 @@ def _scores(cls, model, rows_per_chunk, ids, mask, keep):
 
 
 def _trainer_classes():
-    from agentic_rl.train.rloo import make_rloo_rollout_trainer_class, trainer_class
-    from agentic_rl.train.signal import make_signal_trainer_class
+    from agentic_rl.train.grpo_trainer import RLOOEpisodeTrainer, RLOOTrainer, SignalGRPOTrainer
 
-    return {"grpo": make_signal_trainer_class(), "rloo": trainer_class(),
-            "rloo-episodes": make_rloo_rollout_trainer_class()}
+    return {"grpo": SignalGRPOTrainer, "rloo": RLOOTrainer, "rloo-episodes": RLOOEpisodeTrainer}
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo", "rloo-episodes"])

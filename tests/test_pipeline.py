@@ -167,9 +167,8 @@ def test_a_bad_value_in_the_last_stage_fails_before_the_first_stage_runs(tmp_pat
 
 
 def test_quickstart_command_rejects_unknown_flags_and_stage_names(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["quickstart", "--no-such-flag"])
-    assert exit_info.value.code == 2 and "--no-such-flag" in capsys.readouterr().err
+    assert main(["quickstart", "--no-such-flag"]) == 2
+    assert "unknown flag '--no-such-flag' for 'agentic-rl quickstart'" in capsys.readouterr().err
     with pytest.raises(ConfigError, match=r"unknown stage.*'rlhf'"):
         run_pipeline(load_pipeline_config(preset_path("quickstart-smoke"),
                                           {"stages": ["sft", "rlhf"], "output_dir": str(tmp_path / "run")}))
@@ -256,3 +255,18 @@ def test_sampled_evaluation_needs_the_stage_evaluations():
         config_from_dict(PipelineConfig, {"sampled_eval": 4, "evaluate_stages": False})
     with pytest.raises(ConfigError, match="needs 'grpo' in stages"):
         config_from_dict(PipelineConfig, {"stages": ["pretrain", "sft", "sft_continued"]})
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("preset", ["default", "agentic"])
+def test_a_smoke_run_without_a_name_never_shares_the_full_runs_directory(preset, monkeypatch):
+    """Without --name each preset names its run, so `--smoke` then the full ladder use two directories."""
+    import agentic_rl.pipeline as pipeline
+
+    roots = {}
+    for smoke in (False, True):
+        monkeypatch.setattr(pipeline, "run_pipeline", lambda config: {"name": config.name})
+        roots[smoke] = run_quickstart(QuickstartConfig(preset=preset, smoke=smoke))["name"]
+    assert roots[True] == roots[False] + "-smoke"
+    monkeypatch.setattr(pipeline, "run_pipeline", lambda config: {"name": config.name})
+    assert run_quickstart(QuickstartConfig(preset=preset, smoke=True, name="mine"))["name"] == "mine"

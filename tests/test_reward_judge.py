@@ -11,6 +11,7 @@ import json
 import socket
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
@@ -140,9 +141,9 @@ def test_scores_cache_and_concurrency_against_a_real_server(judge_server, tmp_pa
     # A new judge on the same cache file needs no request for the cached pairs; a duplicate in a batch is asked once;
     # max_concurrency=1 sends the rest one at a time (each its own batch on the server).
     fresh = JudgeReward(base_url=url, model="judge", rubric=RUBRIC, api_key_env="JUDGE_KEY", max_tokens=16,
-                        cache_path=str(cache), max_concurrency=1, unparseable_score=-1.0)
+                        cache_path=str(cache), max_concurrency=1, unparseable_score=0.05)
     before = _served(app)
-    assert fresh(completions, prompts=[_prompt()] * 3) == [0.9, 0.2, -1.0]
+    assert fresh(completions, prompts=[_prompt()] * 3) == [0.9, 0.2, 0.05]
     assert _served(app) - before == 1 and fresh.stats["cache_hits"] == 2 and fresh.stats["requests"] == 1
     other = JudgeReward(base_url=url, model="judge", rubric="Is it 13?", api_key_env="JUDGE_KEY", max_tokens=16,
                         max_concurrency=1)
@@ -266,3 +267,97 @@ def test_grpo_step_scored_by_the_judge(judge_server, tiny_model_dir, tmp_path, m
     assert scored and {c["step"] for c in scored} == {1}
     assert row["grpo/reward/judge"] == pytest.approx(sum(c["rewards"]["judge"] for c in scored) / len(scored))
     assert row["grpo/judge/unparseable_fraction"] in (0.0, 0.5, 1.0) and row["grpo/judge/failure_fraction"] == 0.0
+
+
+class _ScriptedJudge(BaseHTTPRequestHandler):
+    """Answers ``/<mode>/v1/chat/completions``: ``ok`` a chat completion scoring 8, ``html`` a web page, ``text``
+    plain text, ``trickle`` a valid completion one byte every 0.25 s."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:  # keep the test output clean
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        mode = self.path.strip("/").split("/")[0]
+        completion = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                 "choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant", "content": "Fine.\nScore: 8"}}]})
+        body, kind = {"ok": (completion, "application/json"), "trickle": (completion, "application/json"),
+                      "html": ("<html><body><h1>Welcome to nginx!</h1></body></html>", "text/html"),
+                      "text": ("upstream connect error", "text/plain")}[mode]
+        data = body.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            if mode == "trickle":
+                for i in range(len(data)):
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(0.25)
+            else:
+                self.wfile.write(data)
+        except OSError:  # the client gave up: that is the point of the trickle
+            pass
+
+
+@pytest.fixture()
+def scripted_judge():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedJudge)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_scores_outside_zero_one_are_refused(tmp_path):
+    base = "judge(base_url=http://127.0.0.1:1/v1,model=m"
+    for setting in ("fallback=5", "fallback=-2", "unparseable_score=3", "fallback=nan", "unparseable_score=-0.1"):
+        with pytest.raises(ConfigError, match=rf"judge: {setting.split('=')[0]} must be "):
+            build_rewards([f"{base},{setting})"])
+    funcs, _ = build_rewards([f"{base},fallback=1,unparseable_score=0.5)"])
+    assert funcs[0].fallback == 1.0 and funcs[0].unparseable_score == 0.5
+
+
+def test_cache_rows_outside_zero_one_are_asked_again(scripted_judge, tmp_path, capsys):
+    cache = tmp_path / "cache.jsonl"
+    judge = JudgeReward(base_url=scripted_judge + "/ok/v1", model="m", cache_path=str(cache))
+    keys = [judge._key(QUESTION, text, None) for text in ("a", "b", "c", "d", "e")]
+    rows = [{"key": keys[0], "score": 50}, {"key": keys[1], "score": -1}, {"key": keys[2], "score": float("nan")},
+            {"key": keys[3], "score": True}, {"key": keys[4], "score": 0.3}]
+    cache.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    judge = JudgeReward(base_url=scripted_judge + "/ok/v1", model="m", cache_path=str(cache))
+    assert "skipped 4 cache row(s) without a key and a score in [0, 1]" in capsys.readouterr().err
+    scores = judge([_completion(text) for text in "abcde"], prompts=[QUESTION] * 5)
+    assert scores == [0.8, 0.8, 0.8, 0.8, 0.3]                    # the bad rows were asked again, the good one reused
+    assert judge.stats["requests"] == 4 and judge.stats["cache_hits"] == 1
+
+
+@pytest.mark.parametrize("mode", ["html", "text"])
+def test_a_reply_that_is_not_a_chat_completion_is_a_failure(scripted_judge, mode):
+    url = f"{scripted_judge}/{mode}/v1"
+    judge = JudgeReward(base_url=url, model="m", timeout=5, max_retries=0)
+    with pytest.raises(JudgeError) as error:
+        judge([_completion("a")], prompts=[QUESTION])
+    message = str(error.value)
+    assert "\n" not in message and url in message and "not a chat completion" in message
+    with_fallback = JudgeReward(base_url=url, model="m", timeout=5, max_retries=0, fallback=0.1)
+    assert with_fallback([_completion("a"), _completion("b")], prompts=[QUESTION] * 2) == [0.1, 0.1]
+    assert with_fallback.stats["failures"] == 2
+
+
+def test_the_time_bound_holds_for_a_trickled_reply(scripted_judge):
+    """The server sends a valid reply a byte every 0.25 s (~70 s in all): every read is quick, the request is not."""
+    timeout, retries = 1.0, 1
+    judge = JudgeReward(base_url=scripted_judge + "/trickle/v1", model="m", timeout=timeout, max_retries=retries,
+                        backoff=0.0, fallback=0.0)
+    started = time.monotonic()
+    assert judge([_completion("a")], prompts=[QUESTION]) == [0.0]
+    elapsed = time.monotonic() - started
+    assert elapsed < timeout * (retries + 1) + 1.0, elapsed
+    assert judge.stats["requests"] == 2 and judge.stats["failures"] == 1

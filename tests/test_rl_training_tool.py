@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentic_rl.tools.rl_training import HELLO_AGENTS, RLTrainingTool
+from agentic_rl.errors import ConfigError
+from agentic_rl.integrations.hello_agents import HELLO_AGENTS, RLTrainingTool
 
 QUESTIONS = [("Ann has 3 boxes of 4 pens. How many pens?", "12"), ("What is 9 + 8?", "17"),
              ("A train goes 60 km per hour for 2 hours. How far?", "120"), ("What is 30 - 12?", "18")]
@@ -189,7 +190,7 @@ def test_train_rloo_is_the_grpo_stage_with_the_rloo_update(tiny_model_dir, tmp_p
 def test_plain_class_without_hello_agents(tmp_path):
     code = (
         "import sys, json; sys.modules['hello_agents'] = None\n"
-        "from agentic_rl.tools.rl_training import RLTrainingTool, HELLO_AGENTS\n"
+        "from agentic_rl.integrations.hello_agents import RLTrainingTool, HELLO_AGENTS\n"
         "tool = RLTrainingTool(workspace=sys.argv[1])\n"
         "assert not HELLO_AGENTS and type(tool).__mro__[1] is object\n"
         "print(tool.run({'action': 'status'}))\n"
@@ -391,3 +392,291 @@ def test_book_keys_errors(tmp_path):
     with pytest.raises(Exception, match="must be callable"):
         tool.register_reward_function("r", 3)
     assert not (tmp_path / "ws" / "runs").exists()   # nothing was trained or written by the failed calls
+
+
+# --- Registration, names and places as the book and hello-agents use them ------------------------------------------
+
+@pytest.mark.skipif(not HELLO_AGENTS, reason="hello-agents not installed")
+def test_register_in_a_real_hello_agents_registry(tmp_path):
+    from hello_agents.tools.registry import ToolRegistry
+
+    from agentic_rl.integrations import hello_agents
+
+    registry = ToolRegistry()
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    assert tool.register(registry) is tool and registry.get_tool("rl_training") is tool
+    other = ToolRegistry()
+    made = hello_agents.register(other, workspace=tmp_path / "ws2", name="trainer")
+    assert other.get_tool("trainer") is made and made.workspace == tmp_path / "ws2"
+    # the registered tool answers the registry's {"input": text} calls
+    assert json.loads(other.execute_tool("trainer", '{"action": "status"}'))["runs"] == []
+    # the schema an agent sees types the book's keys too (hello-agents' agents convert key=value text by it)
+    props = made.to_openai_schema()["function"]["parameters"]["properties"]
+    assert {k: props[k]["type"] for k in ("kl_coef", "lora_rank", "reward_config", "k", "return_details",
+                                          "max_samples", "use_lora")} == {
+        "kl_coef": "number", "lora_rank": "integer", "reward_config": "object", "k": "integer",
+        "return_details": "boolean", "max_samples": "integer", "use_lora": "boolean"}
+    with pytest.raises(ConfigError, match=r"^cannot register rl_training in a dict: a registry needs register_tool"):
+        tool.register({})
+
+
+def test_load_dataset_takes_dataset_as_train_and_evaluate_do(tmp_path):
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    train = _call(tool, action="load_dataset", dataset="synthetic", split="train", name="arith", max_samples=12,
+                  max_operand=20)
+    assert train["status"] == "success" and train["dataset"] == "arith" and train["num_rows"] == 12
+    # the dataset's name loads another split of its source with its options, into the same folder
+    test = _call(tool, action="load_dataset", dataset="arith", split="test", max_samples=5)
+    assert test["status"] == "success", test
+    assert test["dataset"] == "arith" and test["num_rows"] == 5 and test["path"] == train["path"]
+    state = json.loads((tmp_path / "ws" / "rl_training_state.json").read_text())
+    assert state["datasets"]["arith"]["options"]["max_operand"] == 20
+    from agentic_rl.data.custom import load_task_dataset
+
+    expected = load_task_dataset("synthetic", "test", max_samples=5, max_operand=20).to_list()
+    saved = load_task_dataset(train["path"], "test").to_list()
+    assert [r["question"] for r in saved] == [r["question"] for r in expected]
+    # one setting, two names: not both; a name of rows handed over in memory is not a source
+    both = _call(tool, action="load_dataset", dataset="synthetic", source="synthetic")
+    assert both["status"] == "error" and "give 'dataset' or 'source'" in both["message"]
+    tool.register_dataset("handed", [{"question": "What is 2 + 2?", "ground_truth": "4"}])
+    handed = _call(tool, action="load_dataset", dataset="handed", split="test")
+    assert handed["status"] == "error" and "holds only the rows handed to it" in handed["message"]
+
+
+def test_output_dir_stays_inside_the_workspace(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    for output_dir in ("../elsewhere", "./output/../../elsewhere"):
+        result = _call(tool, action="train", algorithm="sft", model="m", dataset="synthetic", output_dir=output_dir)
+        assert result["status"] == "error", result
+        assert f"output_dir '{output_dir}' leaves the workspace" in result["message"]
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "ws" / "runs").exists()
+
+
+def test_an_agents_key_value_text_is_read_as_numbers_and_flags(tmp_path):
+    """hello-agents' agents pass ``key=value`` calls as text: numbers and true/false arrive as strings."""
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    made = _call(tool, action="create_reward", reward_type="length_penalty", penalty_weight="0.1", max_length="20")
+    assert made["status"] == "success" and made["penalty_weight"] == 0.1 and made["max_length"] == 20
+    loaded = _call(tool, action="load_dataset", dataset="synthetic", split="train", max_samples="6", seed="2")
+    assert loaded["status"] == "success" and loaded["num_rows"] == 6
+    bad = _call(tool, model_name="m", num_epochs="two")
+    assert bad["action"] == "train" and "'num_epochs' must be a positive number, got 'two'" in bad["message"]
+    flag = _call(tool, model_name="m", use_lora="maybe")
+    assert "'use_lora' must be true or false" in flag["message"]
+
+
+def test_a_call_without_action_is_a_train_call(tmp_path):
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    result = _call(tool, algorithm="grpo", model="m", num_generations=1)
+    assert result["action"] == "train" and "num_generations" in result["message"]
+
+
+# --- The documented calls, run as written (a tiny model, a few steps) -----------------------------------------------
+
+def _docstring_calls() -> list[dict]:
+    """The ``tool.run({...})`` calls of the module docstring's example, in order."""
+    import ast
+    import textwrap
+
+    from agentic_rl.integrations import hello_agents
+
+    doc = hello_agents.__doc__
+    block = "\n".join(line for line in doc.split("\n\n", 2)[1].splitlines())
+    tree = ast.parse(textwrap.dedent(block))
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(node.func) == "tool.run"]
+    return [ast.literal_eval(call.args[0]) for call in sorted(calls, key=lambda c: c.lineno)]
+
+
+#: How the example shrinks to a tiny model and a few steps: these keys replace (or join) the documented ones.
+SHRINK = {"sft": {"max_steps": 2, "batch_size": 2, "lora_r": 4},
+          "grpo": {"max_steps": 1, "num_generations": 2, "batch_size": 2, "gradient_accumulation_steps": 1,
+                   "max_completion_length": 8, "lora_r": 4, "report_to": "none"},
+          "evaluate": {"max_samples": 3, "max_new_tokens": 8, "batch_size": 3},
+          "load_dataset": {"max_samples": 40}}
+
+
+def test_the_module_docstring_example_runs_as_written(tiny_model_dir, tmp_path):
+    calls = _docstring_calls()
+    assert [c["action"] for c in calls] == ["load_dataset", "create_reward", "train", "train", "evaluate", "status"]
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    results = []
+    for call in calls:
+        call = dict(call)
+        if call.get("model") == "Qwen/Qwen3-0.6B":
+            call["model"] = str(tiny_model_dir)
+        call.update(SHRINK.get(call.get("algorithm", call["action"]), {}))
+        result = _call(tool, **call)
+        assert result["status"] == "success", (call, result)
+        results.append(result)
+    load, reward, sft, grpo, evaluation, status = results
+    assert sft["run"] == "sft_1" and grpo["run"] == "grpo_2" and evaluation["run"] == "eval_3"
+    assert grpo["config"]["model"] == sft["model_dir"] and grpo["config"]["rewards"] == reward["specs"]
+    # evaluate on the dataset loaded for training: its test split, from the same source, never the train rows
+    assert evaluation["split"] == "test" and evaluation["metrics"]["num_prompts"] == 3
+    assert sorted(p.name for p in Path(load["path"]).iterdir()) == ["test.jsonl", "train.jsonl"]
+    train_questions = {json.loads(line)["question"] for line in (Path(load["path"]) / "train.jsonl").open()}
+    predictions = (Path(evaluation["output_dir"]) / "predictions.jsonl").read_text().splitlines()
+    assert not {json.loads(p)["question"] for p in predictions} & train_questions
+    assert [r["name"] for r in status["runs"]] == ["sft_1", "grpo_2", "eval_3"]
+    assert all(Path(r["output_dir"]).is_relative_to(tmp_path / "ws") for r in status["runs"])
+
+
+def _small_rows(n: int) -> list[dict]:
+    return [{"question": f"What is {i} + {i + 3}?", "ground_truth": str(2 * i + 3)} for i in range(n)]
+
+
+def test_book_calls_on_a_small_registered_dataset(tiny_model_dir, tmp_path, monkeypatch):
+    """The book's calls, as it writes them, on a dataset of 8 registered rows: nothing is refused for its size, the
+    book's relative output_dir lands in the workspace, and the book's helper functions run the same calls."""
+    from agentic_rl.integrations import hello_agents
+
+    monkeypatch.chdir(tmp_path)
+    ws = tmp_path / "ws"
+    tool = RLTrainingTool(workspace=ws)
+    tool.register_dataset("mini", _small_rows(8))
+    tiny = {"num_generations": 2, "gradient_accumulation_steps": 1, "max_completion_length": 8}
+    grpo = _call(tool, action="train", algorithm="grpo", model_name=str(tiny_model_dir), dataset="mini",
+                 num_epochs=1, batch_size=4, output_dir="./output/grpo", use_tensorboard=False, **tiny)
+    assert grpo["status"] == "success", grpo
+    assert grpo["output_dir"] == str(ws / "output" / "grpo") and not (tmp_path / "output").exists()
+    assert grpo["dataset_size"] == 8 and grpo["metrics"]["steps"] == 4   # every row trained on: 8 x 2 / 4
+    assert grpo["config"]["eval_samples"] == 0 and grpo["config"]["heldout_every"] == 0
+
+    sft = json.loads(hello_agents.train_with_sft(str(tiny_model_dir), max_samples=4, num_epochs=1,
+                                                 workspace=ws, dataset="mini", use_tensorboard=False))
+    assert sft["status"] == "success", sft
+    assert sft["output_dir"] == str(ws / "output" / "sft") and sft["dataset_size"] == 4
+    evaluation = json.loads(hello_agents.evaluate_model(sft["output_dir"] + "/model", max_samples=2, workspace=ws,
+                                                        dataset="mini", split="train", max_new_tokens=8))
+    assert evaluation["status"] == "success", evaluation
+    assert evaluation["num_samples"] == 2 and isinstance(evaluation["accuracy"], float)
+    # rows handed over have one split: evaluate reads them unless another split is asked for
+    handed = json.loads(hello_agents.evaluate_model(sft["output_dir"], max_samples=2, workspace=ws, dataset="mini",
+                                                    max_new_tokens=8))
+    assert handed["status"] == "success" and handed["split"] == "train" and handed["num_samples"] == 2, handed
+    refused = json.loads(hello_agents.evaluate_model(sft["output_dir"], workspace=ws, dataset="mini", split="test"))
+    assert refused["status"] == "error" and "holds only the rows handed to it (split 'train')" in refused["message"]
+    rl = json.loads(hello_agents.load_dataset("rl", "train", 5, workspace=ws, dataset="synthetic"))
+    assert rl["status"] == "success" and rl["dataset_size"] == 5 and rl["format"] == "rl"
+    step = json.loads(hello_agents.create_reward_function("step", workspace=ws, step_bonus=0.2))
+    assert step["status"] == "success" and step["specs"] == ["step(beta=0.2,max_steps=2)"]
+
+
+def test_a_small_dataset_holds_out_a_fifth_for_the_checks(tiny_model_dir, tmp_path, capsys):
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    tool.register_dataset("sixty", _small_rows(60))
+    result = _call(tool, action="train", algorithm="grpo", model=str(tiny_model_dir), dataset="sixty", max_steps=1,
+                   num_generations=2, batch_size=2, gradient_accumulation_steps=1, max_completion_length=8,
+                   report_to="none")
+    assert result["status"] == "success", result
+    assert result["config"]["eval_samples"] == 12 and result["config"]["heldout_every"] > 0   # the preset's 100: 12
+    assert "60 rows: 12 held out for the periodic checks (eval_samples), 48 to train on" in capsys.readouterr().err
+    given = _call(tool, action="train", algorithm="grpo", model=str(tiny_model_dir), dataset="sixty", eval_samples=50,
+                  max_steps=1, num_generations=2, batch_size=2, gradient_accumulation_steps=1, max_completion_length=8,
+                  report_to="none")
+    assert given["status"] == "success" and given["config"]["eval_samples"] == 50   # a given setting is kept
+
+
+def test_the_books_train_keys_map_onto_settings_or_say_why_not(tmp_path):
+    tool = RLTrainingTool(workspace=tmp_path / "ws")
+    cases = [
+        ({"algorithm": "sft", "model_name": "m", "kl_coef": 0.05}, "'kl_coef' belongs to algorithm grpo (beta)"),
+        ({"algorithm": "sft", "model_name": "m", "reward_type": "accuracy"}, "'reward_type' belongs to algorithm grpo"),
+        ({"algorithm": "grpo", "model_name": "m", "reward_type": "accuracy", "rewards": ["format"]}, "not both"),
+        ({"algorithm": "grpo", "model_name": "m", "reward_type": "combined"}, "needs reward_config {'components'"),
+        ({"algorithm": "grpo", "model_name": "m", "reward_type": "combined",
+          "reward_config": {"components": [{"type": "fancy"}]}}, "reward_config component 1: reward_type must be one"),
+        ({"algorithm": "grpo", "model_name": "m", "reward_type": "combined",
+          "reward_config": {"components": [{"type": "step", "weight": "heavy"}]}}, "'weight' must be a number"),
+        ({"algorithm": "grpo", "model_name": "m", "lora_rank": 8, "lora_r": 8}, "give 'lora_rank'"),
+        ({"action": "evaluate", "model_path": "m", "use_lora": "perhaps"}, "'use_lora' must be true or false"),
+        ({"action": "evaluate", "model_path": "m", "metrics": ["accuracy", "bleu"]}, "unknown metric 'bleu'"),
+        ({"action": "evaluate", "model_path": "m", "k": 0}, "'k' must be a positive integer"),
+        ({"action": "evaluate", "model_path": "m", "k": 2, "num_samples": 2}, "give 'k'"),
+    ]
+    for params, message in cases:
+        result = _call(tool, **params)
+        assert result["status"] == "error" and message in result["message"], (params, result)
+    assert not (tmp_path / "ws" / "runs").exists()
+
+
+def test_the_books_chapter_calls_run_as_written(tiny_model_dir, tmp_path, monkeypatch):
+    """The Hello-Agents book's SFT, evaluation and GRPO calls (basic and complete) in sequence, each naming the
+    previous model by its output_dir, on 12 registered rows (the machine is offline: the book's GSM8K is replaced by
+    ``dataset``, and its sizes shrink to the tiny model's)."""
+    monkeypatch.chdir(tmp_path)
+    ws = tmp_path / "ws"
+    tool = RLTrainingTool(workspace=ws)
+    tool.register_dataset("mini", _small_rows(12))
+    sft = _call(tool, action="train", algorithm="sft", model_name=str(tiny_model_dir), output_dir="./models/sft_full",
+                dataset="mini", max_samples=None, num_epochs=1, batch_size=4, learning_rate=5e-5, warmup_ratio=0.1,
+                weight_decay=0.01, use_lora=True, lora_rank=4, lora_alpha=8,
+                lora_target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], save_steps=500, logging_steps=1,
+                eval_steps=500)
+    assert sft["status"] == "success", sft
+    assert sft["model_path"] == sft["model_dir"] and Path(sft["model_path"]).is_dir()
+    assert sft["num_samples"] == 12 and isinstance(sft["final_loss"], float) and sft["final_loss"] > 0
+    written = yaml.safe_load((ws / "models" / "sft_full" / "config.yaml").read_text())
+    assert written["lora_r"] == 4 and written["lora_alpha"] == 8 and written["weight_decay"] == 0.01
+    assert written["lora_target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"] and written["epochs"] == 1.0
+
+    evaluation = _call(tool, action="evaluate", model_path="./models/sft_full", max_samples=2, use_lora=True,
+                       dataset="mini", split="train", max_new_tokens=8)
+    assert evaluation["status"] == "success", evaluation
+    assert evaluation["model_path"] == sft["model_dir"] and evaluation["num_samples"] == 2
+
+    tiny = {"dataset": "mini", "gradient_accumulation_steps": 1, "max_new_tokens": 8}
+    basic = _call(tool, action="train", algorithm="grpo", model_name="./models/sft_full",
+                  output_dir="./models/grpo_model", max_samples=4, num_epochs=1, batch_size=4, learning_rate=1e-5,
+                  num_generations=2, kl_coef=0.05, use_lora=True, lora_rank=4, lora_alpha=8, reward_type="accuracy",
+                  **tiny)
+    assert basic["status"] == "success", basic
+    assert basic["config"]["model"] == sft["model_dir"] and basic["config"]["beta"] == 0.05
+    assert basic["config"]["rewards"] == ["accuracy:1.0"] and basic["config"]["max_completion_length"] == 8
+    assert basic["num_samples"] == 4 and isinstance(basic["average_reward"], float)
+
+    complete = _call(tool, action="train", algorithm="grpo", model_name="./models/sft_full",
+                     output_dir="./models/grpo_full", max_samples=None, num_epochs=1, batch_size=4,
+                     learning_rate=1e-5, warmup_ratio=0.1, num_generations=2, temperature=0.8, kl_coef=0.05,
+                     clip_range=0.2, use_lora=True, lora_rank=4, lora_alpha=8, reward_type="combined",
+                     reward_config={"components": [{"type": "accuracy", "weight": 1.0},
+                                                   {"type": "length_penalty", "weight": 0.5, "target_length": 200},
+                                                   {"type": "step", "weight": 0.3, "step_bonus": 0.1}]},
+                     save_steps=500, logging_steps=1, eval_steps=3, **tiny)
+    assert complete["status"] == "success", complete
+    config = complete["config"]
+    assert config["heldout_every"] == 3 and config["eval_samples"] == 2   # checks asked for: a fifth of 12 rows
+    assert config["epsilon"] == 0.2 and config["temperature"] == 0.8 and config["warmup_ratio"] == 0.1
+    assert config["rewards"] == ["accuracy:1.0", "length(alpha=5.0e-06,target_length=200):0.5",
+                                 "step(beta=0.1,max_steps=5):0.3"]
+    assert complete["dataset_size"] == 10 and complete["metrics"]["steps"] == 5   # 10 prompts x 2 / 4 per step
+    assert complete["metrics"]["heldout_last"]["n"] == 2
+
+    # The book's analysis: chosen metrics, accuracy@k and the details of every answer, by the returned output_dir.
+    analysed = _call(tool, action="evaluate", model_path=complete["output_dir"], max_samples=3, use_lora=True,
+                     metrics=["accuracy", "accuracy_at_k", "average_length", "average_steps", "format_correctness"],
+                     k=2, return_details=True, dataset="mini", split="train", max_new_tokens=8)
+    assert analysed["status"] == "success", analysed
+    metrics = analysed["metrics"]
+    assert analysed["model_path"] == complete["model_dir"] and analysed["num_samples"] == 3
+    assert len(analysed["details"]) == 6 and analysed["accuracy_at_k"] == metrics["pass@2"]   # 3 problems x 2
+    assert analysed["errors"] == [d for d in analysed["details"] if not d["correct"]]
+    assert analysed["average_length"] == metrics["avg_tokens"] and analysed["average_steps"] == metrics["avg_steps"]
+    assert analysed["format_correctness"] == metrics["format_rate"]
+    assert {d["ground_truth"] for d in analysed["details"]} <= {r["ground_truth"] for r in _small_rows(12)}
+    written = yaml.safe_load((Path(analysed["output_dir"]) / "config.yaml").read_text())
+    assert written["num_samples"] == 2 and written["temperature"] == 0.7 and written["pass_at_k"] == [1, 2]
+
+    # A train call on a registered dataset follows the book's rules: the reward registered under its name.
+    seen = []
+    tool.register_reward_function("mini", lambda completions, **kw: seen.append(len(completions)) or
+                                  [0.25] * len(completions))
+    ruled = _call(tool, action="train", algorithm="grpo", model=sft["model_dir"], dataset="mini",
+                  output_dir="./models/custom_grpo", max_steps=1, num_generations=2, batch_size=2,
+                  gradient_accumulation_steps=1, max_completion_length=8)
+    assert ruled["status"] == "success", ruled
+    assert "IN_PROCESS_REWARDS.mini_" in ruled["config"]["rewards"][0] and seen
+    assert not (tmp_path / "models").exists() and sorted(p.name for p in (ws / "models").iterdir()) == [
+        "custom_grpo", "grpo_full", "grpo_model", "sft_full"]

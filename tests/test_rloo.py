@@ -51,7 +51,8 @@ def test_rloo_trains_two_steps_with_leave_one_out_advantages_and_tensorboard_met
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from trl import RLOOConfig
 
-    from agentic_rl.train.grpo import run, trl_arguments
+    from agentic_rl.train.grpo import run
+    from agentic_rl.train.grpo_trainer import trl_arguments
 
     out = tmp_path / "rloo"
     cfg = config_from_dict(GRPOConfig, dict(

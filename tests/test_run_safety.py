@@ -19,6 +19,7 @@ import pytest
 from agentic_rl.cli import main
 from agentic_rl.config import config_from_dict
 from agentic_rl.errors import ConfigError, ModelLoadError
+from agentic_rl.locking import LOCK_FILE
 from agentic_rl.pipeline import PipelineConfig, QuickstartConfig, run_pipeline
 
 RUN_MARKER = ".agentic-rl-run"  # the file that makes a folder a run directory of this project
@@ -185,9 +186,10 @@ def test_overwrite_removes_every_output_an_earlier_grpo_run_wrote(tiny_model_dir
     import re
 
     from agentic_rl.runs import FINISHED_MARKER, StageRun
-    from agentic_rl.train import grpo
+    from agentic_rl.train import grpo, grpo_trainer
 
-    written = set(re.findall(r'\bout / "([^"]+)"', inspect.getsource(grpo))) - {"config.yaml"}
+    source = inspect.getsource(grpo) + inspect.getsource(grpo_trainer)  # the stage and its trainer's callback
+    written = set(re.findall(r'\bout / "([^"]+)"', source)) - {"config.yaml"}
     assert {"difficulty.json", "best"} <= written
     out = tmp_path / "grpo"
     for name in written | {"checkpoint-3", FINISHED_MARKER}:
@@ -198,7 +200,7 @@ def test_overwrite_removes_every_output_an_earlier_grpo_run_wrote(tiny_model_dir
             (out / name).mkdir(parents=True)
             (out / name / "weights").write_text("from the earlier run")
     StageRun(out, _grpo_config(tiny_model_dir, out), stage="grpo").claim()
-    assert sorted(p.name for p in out.iterdir()) == [RUN_MARKER, "config.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([RUN_MARKER, LOCK_FILE, "config.yaml"])
 
 
 def test_a_misspelt_reward_leaves_a_finished_grpo_run_byte_identical(finished_grpo, tiny_model_dir):
@@ -253,7 +255,7 @@ def test_resume_steps_over_a_checkpoint_left_half_written(finished_grpo, tiny_mo
     weights.write_bytes(weights.read_bytes()[:1000])
     for name in ("optimizer.pt", "trainer_state.json"):
         (out / "checkpoint-2" / name).unlink()
-    (out / "result.json").unlink()
+    (out / "stage.json").unlink()
     result = run(_grpo_config(tiny_model_dir, out, resume=True, max_steps=3, output_dir=str(out)))
     assert result["resumed_from"] == str(out / "checkpoint-1") and result["steps"] == 3
     assert "checkpoint-2 is incomplete (no trainer_state.json" in capsys.readouterr().err

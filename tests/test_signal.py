@@ -73,7 +73,7 @@ def _trainer(tiny_model_dir, tmp_path, **extra):
     from trl import GRPOConfig
 
     from agentic_rl.data.formats import build_prompt
-    from agentic_rl.train.signal import make_signal_trainer_class
+    from agentic_rl.train.grpo_trainer import SignalGRPOTrainer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     tok.padding_side = "left"
@@ -84,8 +84,9 @@ def _trainer(tiny_model_dir, tmp_path, **extra):
     args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, num_generations=2,
                       max_completion_length=4, report_to="none", max_steps=1, beta=0.0, logging_steps=1,
                       save_strategy="no", disable_dropout=True, remove_unused_columns=False)
-    cls = make_signal_trainer_class()
-    return cls(model=model, reward_funcs=[_reward], args=args, train_dataset=ds, processing_class=tok, **extra), ds
+    trainer = SignalGRPOTrainer(model=model, reward_funcs=[_reward], args=args, train_dataset=ds,
+                                processing_class=tok, **extra)
+    return trainer, ds
 
 
 def test_refill_replaces_tied_groups_with_groups_that_have_signal(tiny_model_dir, tmp_path):

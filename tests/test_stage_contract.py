@@ -14,7 +14,8 @@ import pytest
 
 from agentic_rl.config import config_from_args, read_yaml
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import FINISHED_MARKER, RUN_MARKER, StageRun, settings_of
+from agentic_rl.locking import LOCK_FILE
+from agentic_rl.runs import FINISHED_MARKER, RUN_MARKER, StageRun, settings_of, write_marker
 from agentic_rl.stages import STAGES, get_stage, inherited_settings
 
 pytestmark = pytest.mark.unit
@@ -117,9 +118,10 @@ def test_every_stage_marks_a_finished_run_with_the_same_file(tmp_path):
     run = StageRun(tmp_path / "p", config, stage="preferences")
     assert run.check() is None and not (tmp_path / "p").exists()  # the check writes nothing
     (tmp_path / "p").mkdir()
+    write_marker(tmp_path / "p", "preferences")  # an earlier, unfinished run of the stage
     (tmp_path / "p" / "pairs.jsonl").write_text("old")
     run.claim()
-    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [RUN_MARKER, "config.yaml"]
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == sorted([RUN_MARKER, LOCK_FILE, "config.yaml"])
     run.finish({"pairs_path": str(tmp_path / "p" / "pairs.jsonl")})
     marker = json.loads((tmp_path / "p" / FINISHED_MARKER).read_text())
     assert marker["stage"] == "preferences" and marker["settings"]["model"] == "m" and "wall_time_s" in marker

@@ -97,7 +97,7 @@ def test_the_validation_slice_is_deterministic_by_seed_and_a_prefix_across_sizes
 
 
 def test_grpo_heldout_checks_and_tune_trials_call_the_same_scorer(tmp_path, monkeypatch):
-    from agentic_rl.train.grpo import evaluate_heldout
+    from agentic_rl.train.grpo_trainer import evaluate_heldout
 
     calls = []
 

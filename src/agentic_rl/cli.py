@@ -29,7 +29,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from agentic_rl.config import add_config_arguments
 
     parser = argparse.ArgumentParser(
-        prog="agentic-rl",
+        prog="agentic-rl", allow_abbrev=False,  # --learning-rat must not pass for --learning-rate
         description="Train LLM agents with reinforcement learning: SFT with LoRA, GRPO with verifiable rewards, "
                     "evaluation, hyper-parameter search, export and serving.",
         epilog="Each command takes --config FILE.yaml; flags override the file. `agentic-rl COMMAND --help` lists "
@@ -39,14 +39,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     for name, stage in COMMANDS.items():
         help_text = stage.help
         if name != only:
-            sub.add_parser(name, help=help_text, add_help=False)
+            sub.add_parser(name, help=help_text, add_help=False, allow_abbrev=False)
             continue
         config_cls, _, module = _load_command(name)
         p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+                           formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         p.add_argument("--config", dest="_config_file", metavar="FILE.yaml", default=None,
                        help="YAML file with settings for this command (flags given here override it)")
-        add_config_arguments(p, config_cls)
+        parser.command_flags = ["--config", "--help", *add_config_arguments(p, config_cls)]
     return parser
 
 
@@ -56,7 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     try:
         parser = build_parser(only=command if command in COMMANDS else None)
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown and args.command:
+            from agentic_rl.config import unknown_flag_error
+
+            raise unknown_flag_error(unknown, getattr(parser, "command_flags", []), args.command)
+        if unknown:
+            parser.parse_args(argv)  # argparse's own message for arguments before any command
         if not args.command:
             parser.print_help()
             return 0
@@ -68,6 +74,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except AgenticRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        from agentic_rl.models.loading import DISK_FULL_ERRNOS
+
+        if exc.errno not in DISK_FULL_ERRNOS:
+            raise
+        # e.g. a checkpoint the trainer writes mid-run (model folders are saved whole or not at all)
+        print(f"error: the disk is full ({exc.filename or 'while writing'}); free some space and run the same "
+              "command with --resume", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\ninterrupted: checkpoints saved so far are kept; run the same command with --resume to continue",

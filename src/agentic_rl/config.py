@@ -17,10 +17,18 @@ from the field name, e.g. ``reward`` for a ``rewards`` list), ``positional`` (a 
 ``choices`` (allowed values).
 
 One concept has one name in every stage, TRL's where TRL has one (``gradient_accumulation_steps``,
-``lr_scheduler_type``, ``lora_target_modules``). A name we used before is listed in :data:`RENAMED`: given in YAML, a
-flag or a Python dict it is a one-line "renamed to" error, not an unknown key. A list setting given as one string is
-a comma list on the command line and a one-item list in YAML (``report_to: none`` is ``["none"]``; ``report_to``
-itself also splits ``"tensorboard,wandb"``).
+``lr_scheduler_type``, ``lora_target_modules``); any other name is an unknown key (``CHANGELOG.md`` lists the
+names earlier versions used).
+
+A list setting's flag repeats (``--judge accuracy:1.0 --judge format:0.2``), and each value given to it is also a
+comma list, split only at commas outside parentheses, brackets and quotes (:func:`split_list_value`), so
+``--report-to tensorboard,wandb`` is two items while ``--reward 'length(alpha=0.01, floor=0):0.5'`` and an LLM judge
+spec stay one. In YAML a list setting given as one string is a one-item list (``report_to: none`` is ``["none"]``;
+``report_to`` itself also splits ``"tensorboard,wandb"``).
+
+Sizes are bounded before anything is parsed: a config file over :data:`MAX_CONFIG_BYTES`, or YAML (in a file or a
+mapping-valued flag such as ``--environment-args``) nested deeper than ``MAX_NESTING``, whose aliases expand to more
+than :data:`MAX_YAML_CONTAINERS` lists and mappings, or holding an integer too long to convert, is a one-line error.
 """
 
 from __future__ import annotations
@@ -41,35 +49,6 @@ from agentic_rl.errors import ConfigError
 
 T = TypeVar("T")
 
-#: Old setting name -> the name every stage uses now (TRL's where TRL has one). Used by every YAML/dict reader and by
-#: the flag parser. An old name that stood for different concepts in different stages lists each new name: the one
-#: the config at hand has is meant (``max_samples`` is SFT's training-set size and evaluation's held-out size).
-RENAMED: dict[str, str | tuple[str, ...]] = {
-    "grad_accum": "gradient_accumulation_steps",
-    "lr_scheduler": "lr_scheduler_type",
-    "lora_target": "lora_target_modules",
-    "max_samples": ("max_train_samples", "eval_samples"),
-    "synthetic_train_size": "max_train_samples",
-    "heldout_samples": "eval_samples",
-    "data_seed": "synthetic_seed",
-}
-
-
-def renamed_to(old: str, known: Any) -> str | None:
-    """The name that ``old`` was renamed to in a config whose fields are ``known`` (None: not a renamed name)."""
-    if old in known:
-        return None
-    new = RENAMED.get(old.replace("-", "_"))
-    for name in ((new,) if isinstance(new, str) else new or ()):
-        if name in known:
-            return name
-    return None
-#: Setting -> values it no longer takes, with what to give instead.
-RETIRED_VALUES: dict[str, tuple[tuple[str, ...], str]] = {
-    "gradient_checkpointing": (("auto", "on", "off"), "use true, false or null (null: the stage's automatic default)"),
-}
-
-
 REPORT_BACKENDS = ("tensorboard", "wandb", "none")
 
 
@@ -86,13 +65,6 @@ def report_to_list(value: str | list[str] | None) -> list[str]:
         raise ConfigError(f"report_to '{bad[0]}' is not supported; use tensorboard, wandb or none "
                           f"(comma-separated for several)")
     return names or ["none"]
-
-
-def check_retired_value(key: str, value: Any) -> None:
-    """A one-line :class:`ConfigError` for a value a setting no longer takes (``gradient_checkpointing: auto``)."""
-    retired = RETIRED_VALUES.get(key)
-    if retired and isinstance(value, str) and value.strip().lower() in retired[0]:
-        raise ConfigError(f"{key}: '{value}' is no longer a value; {retired[1]}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -119,7 +91,6 @@ def _type_name(tp: Any) -> str:
 
 def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
     """Check (and, for CLI strings, convert) ``value`` against the annotation ``tp``."""
-    check_retired_value(key, value)
     inner, optional = _unwrap_optional(tp)
     if value is None or (from_string and optional and str(value).lower() in ("none", "null")):
         if optional:
@@ -128,8 +99,9 @@ def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
     origin = typing.get_origin(inner)
     if origin is list:
         (item_tp,) = typing.get_args(inner) or (str,)
-        if from_string and isinstance(value, str):  # a flag: a comma list
-            value = [v.strip() for v in value.split(",") if v.strip() != ""]
+        if from_string and isinstance(value, (str, list, tuple)):  # a flag, maybe repeated: each value a comma list
+            value = [item for given in ([value] if isinstance(value, str) else value)
+                     for item in (split_list_value(given) if isinstance(given, str) else [given])]
         elif isinstance(value, str):  # one value in YAML or Python: a one-item list ("none" -> ["none"]); not split,
             value = [value]  # since a reward spec such as "length(alpha=0.01, floor=0):0.5" holds commas itself
         if not isinstance(value, (list, tuple)):
@@ -137,9 +109,14 @@ def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
         return [_coerce(f"{key}[{i}]", v, item_tp, from_string) for i, v in enumerate(value)]
     if origin is dict:
         if from_string and isinstance(value, str):  # a flag: a YAML / JSON mapping, e.g. '{final_turn: answer}'
+            if len(value.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES:
+                raise ConfigError(f"config key '{key}' holds more than {MAX_CONFIG_BYTES // 1024} KB; put large "
+                                  "values in a file")
             try:
-                value = yaml.safe_load(value) if value.strip() else {}
-            except yaml.YAMLError:
+                value = parse_yaml_text(value, f"config key '{key}'") if value.strip() else {}
+            except ConfigError as exc:
+                if "invalid YAML (" in str(exc):  # a limit (depth, aliases, digits): say which
+                    raise
                 raise ConfigError(f"config key '{key}' must be a mapping such as '{{name: value}}', got "
                                   f"{value[:80]!r}") from None
         if not isinstance(value, dict):
@@ -210,9 +187,6 @@ def _fields(cls: type) -> dict[str, dataclasses.Field]:
 
 
 def _unknown_key_error(key: str, known: list[str], where: str) -> ConfigError:
-    new = renamed_to(key, known)
-    if new is not None:
-        return ConfigError(f"'{key}' was renamed to '{new}' (in {where})")
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return ConfigError(f"unknown config key '{key}' in {where}{hint}")
@@ -306,37 +280,77 @@ def import_object(spec: str, what: str) -> Any:
 
 
 MAX_YAML_CONTAINERS = 10_000  # lists/mappings a config may hold once its aliases are expanded (configs: ~50)
+MAX_CONFIG_BYTES = 1024 * 1024  # a config file or mapping flag (configs: a few KB; parsing 50 MB takes minutes)
+
+
+def split_list_value(text: str) -> list[str]:
+    """One value of a list flag as its items: split at commas outside (), [], {} and quotes (a quote opens a value at
+    the start of an item or after ``=``); items stripped, empty items dropped.
+
+    >>> split_list_value("accuracy:1.0, format:0.2")
+    ['accuracy:1.0', 'format:0.2']
+    >>> split_list_value('length(alpha=0.01, floor=0):0.5,judge(base_url=http://h/v1,model=m,rubric="a, b")')
+    ['length(alpha=0.01, floor=0):0.5', 'judge(base_url=http://h/v1,model=m,rubric="a, b")']
+    """
+    items, current, depth, quote = [], [], 0, None
+    for char in text:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"" and "".join(current).rstrip()[-1:] in ("", "="):  # an apostrophe in text stays text
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(0, depth - 1)
+        elif char == "," and depth == 0:
+            items.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    items.append("".join(current))
+    return [item.strip() for item in items if item.strip()]
+
+
+def parse_yaml_text(text: str, where: str) -> Any:
+    """YAML text as Python values, with the limits of config files (module docstring); a one-line
+    :class:`ConfigError` starting with ``where`` otherwise."""
+    from agentic_rl.utils import INT_DIGITS_LIMIT, MAX_NESTING, nesting_depth
+
+    try:  # libyaml's loader when present: fast, and it stops deep nesting itself (the Python one recurses)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"{where}{line}: invalid YAML ({problem})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: invalid YAML (nested too deeply)") from None
+    except ValueError as exc:  # yaml's int() of a number too long to convert, or a date such as 2024-13-01
+        problem = (f"a number with more than {INT_DIGITS_LIMIT} digits" if "integer string conversion" in str(exc)
+                   else " ".join(str(exc).split())[:200])
+        raise ConfigError(f"{where}: invalid YAML ({problem})") from None
+    depth = nesting_depth(data, MAX_NESTING, max_containers=MAX_YAML_CONTAINERS)
+    if depth is None:
+        raise ConfigError(f"{where}: invalid YAML (its aliases expand to more than {MAX_YAML_CONTAINERS} lists and "
+                          "mappings)")
+    if depth > MAX_NESTING:
+        raise ConfigError(f"{where}: invalid YAML (nested deeper than {MAX_NESTING} levels)")
+    return data
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {size / 2**20:.1f} MB is not a config file (the limit is "
+                          f"{MAX_CONFIG_BYTES // 1024} KB; a config holds settings, not data)")
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save the config as UTF-8") from None
-    from agentic_rl.utils import INT_DIGITS_LIMIT, MAX_NESTING, nesting_depth
-
-    try:  # libyaml's loader when present: fast, and it stops deep nesting itself (the Python one recurses)
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise ConfigError(f"{path}{where}: invalid YAML ({problem})") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: invalid YAML (nested too deeply)") from None
-    except ValueError as exc:  # yaml's int() of a number too long to convert, or a date such as 2024-13-01
-        problem = (f"a number with more than {INT_DIGITS_LIMIT} digits" if "integer string conversion" in str(exc)
-                   else " ".join(str(exc).split())[:200])
-        raise ConfigError(f"{path}: invalid YAML ({problem})") from None
-    depth = nesting_depth(data, MAX_NESTING, max_containers=MAX_YAML_CONTAINERS)
-    if depth is None:
-        raise ConfigError(f"{path}: invalid YAML (its aliases expand to more than {MAX_YAML_CONTAINERS} lists and "
-                          "mappings)")
-    if depth > MAX_NESTING:
-        raise ConfigError(f"{path}: invalid YAML (nested deeper than {MAX_NESTING} levels)")
+    data = parse_yaml_text(text, str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of config keys, got {type(data).__name__}")
     return data
@@ -410,21 +424,13 @@ def format_config(config: Any, title: str | None = None) -> str:
     return "\n".join(lines)
 
 
-class _RenamedFlag(argparse.Action):
-    """A hidden flag under an old name (``--grad-accum``): a one-line "renamed to" error instead of argparse's."""
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> list[str]:
+    """One CLI flag per config field. Defaults are suppressed so that only flags the user gives override YAML.
 
-    def __call__(self, parser, namespace, values, option_string=None):
-        raise ConfigError(f"'{option_string}' was renamed to '--{self.const.replace('_', '-')}'")
-
-
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One CLI flag per config field. Defaults are suppressed so that only flags the user gives override YAML."""
+    Returns the flags added (for "did you mean" on a mistyped one). A list setting's flag may be repeated; each
+    value is a comma list as well (module docstring)."""
     fields = _fields(cls)
-    for old in RENAMED:  # registered exactly, so argparse does not read --lr-scheduler as an abbreviation
-        new = renamed_to(old, fields)
-        if new is not None:
-            parser.add_argument(f"--{old.replace('_', '-')}", f"--{old}", dest=old, nargs="?", action=_RenamedFlag,
-                                const=new, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    flags: list[str] = []
     for name, f in fields.items():
         help_text = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else (
@@ -448,12 +454,25 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
                                 help=shown)
             parser.add_argument(f"--no-{flag.replace('_', '-')}", dest=name, action="store_const", const="false",
                                 default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        elif typing.get_origin(inner) is list and "flag" in f.metadata:
+        elif typing.get_origin(inner) is list:
             parser.add_argument(*opts, dest=name, action="append", default=argparse.SUPPRESS, metavar="VALUE",
-                                help=f"{shown}; repeat the flag for several values")
+                                help=f"{shown}; repeat the flag (or give a comma list) for several values")
         else:
             parser.add_argument(*opts, dest=name, default=argparse.SUPPRESS, metavar=_type_name(f.type).upper(),
                                 help=shown, choices=f.metadata.get("choices"))
+        flags.extend(opts)
+    return flags
+
+
+def unknown_flag_error(unknown: list[str], flags: list[str], command: str) -> ConfigError:
+    """The one-line error for arguments a command does not take, with the closest flag when one is near."""
+    first = unknown[0]
+    name = first.split("=", 1)[0]
+    if not name.startswith("-"):
+        return ConfigError(f"'agentic-rl {command}' does not take the argument '{first}'")
+    close = difflib.get_close_matches(name, flags, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else f"; see agentic-rl {command} --help"
+    return ConfigError(f"unknown flag '{name}' for 'agentic-rl {command}'{hint}")
 
 
 def config_from_args(cls: type[T], args: argparse.Namespace, yaml_path: str | Path | None = None,

@@ -37,8 +37,9 @@ from typing import Any, Callable
 from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import check_keys, config_from_dict, format_config, read_yaml, save_config, setting
 from agentic_rl.errors import ConfigError
-from agentic_rl.runs import (FINISHED_MARKER, check_run_name, create_run_root, delete_run_dir, describe,
-                             differing_keys, finished_result, has_run, mark_finished, settings_of,
+from agentic_rl.locking import hold_run_lock
+from agentic_rl.runs import (FINISHED_MARKER, check_deletable, check_run_name, create_run_root, delete_run_dir,
+                             describe, differing_keys, finished_result, has_run, mark_finished, settings_of,
                              stage_settings_mismatch)
 from agentic_rl.stages import PIPELINE_DEFAULTS, inherited_settings
 from agentic_rl.utils import log, warn, write_json
@@ -88,6 +89,9 @@ class PipelineConfig(EnvironmentSettings):
         unknown = [s for s in self.stages if s not in STAGES]
         if unknown:
             raise ConfigError(f"unknown stage(s) {unknown} in 'stages'; choose from {STAGES}")
+        if len(set(self.stages)) < len(self.stages):  # each stage writes one folder: a repeat would redo or clash
+            raise ConfigError(f"stage '{next(s for s in self.stages if self.stages.count(s) > 1)}' is listed more "
+                              "than once in 'stages'; list each stage once")
         if "pretrain" in self.stages and self.model != EMBEDDED:
             raise ConfigError("stage 'pretrain' builds the embedded tiny base: set model: embedded, "
                               "or drop 'pretrain' from stages to start from an existing model")
@@ -112,8 +116,8 @@ QUICKSTART_PRESETS = {"default": "quickstart", "agentic": "quickstart-agentic"}
 
 @dataclass
 class QuickstartConfig:
-    name: str | None = setting(None, "run name; outputs go to runs/<name>/ (default: the preset's file name, e.g. "
-                                     "quickstart)")
+    name: str | None = setting(None, "run name; outputs go to runs/<name>/ (default: the preset's own name: quickstart, "
+                                     "quickstart-smoke, quickstart-agentic, ...)")
     preset: str = setting("default", "the embedded ladder: 'default' (single-turn GSM8K-style problems) or 'agentic' "
                                      "(multi-turn calculator tool use: SFT on tool-use episodes, then GRPO in the "
                                      "environment)", choices=list(QUICKSTART_PRESETS))
@@ -129,9 +133,8 @@ class QuickstartConfig:
     def __post_init__(self) -> None:
         if self.preset_file and self.preset != "default":
             raise ConfigError("give --preset or --preset-file, not both")
-        if self.name is None:
-            self.name = QUICKSTART_PRESETS[self.preset]
-        check_run_name(self.name)
+        if self.name is not None:
+            check_run_name(self.name)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -324,11 +327,20 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     print(format_config(config, "pipeline"))
     _check_sections(config, root)  # the whole configuration first: nothing is deleted or written before it passes
     if config.fresh and root.exists():
-        delete_run_dir(root, "pipeline")  # only a run directory this project created, never the cwd, home or a parent
+        check_deletable(root, "pipeline")  # only a run directory we created, never the cwd, home or a parent
+        with hold_run_lock(root, "pipeline"):  # never delete a run another process is writing into
+            pass
+        delete_run_dir(root, "pipeline")
     new_run = not has_run(root)
     root = create_run_root(root, "pipeline")
-    if new_run:
-        save_config(config, root / "config.yaml")
+    with hold_run_lock(root, "pipeline"):  # one pipeline per run directory: a second one refuses in one line
+        if new_run:
+            save_config(config, root / "config.yaml")
+        return _run_ladder(config, root)
+
+
+def _run_ladder(config: PipelineConfig, root: Path) -> dict[str, Any]:
+    """The stages of :func:`run_pipeline`, in its claimed run directory ``root``."""
     summary: dict[str, Any] = {"name": config.name, "seed": config.seed, "stages": {}}
     started = time.time()
     model_dir = config.model
@@ -478,7 +490,10 @@ def load_pipeline_config(path: str | Path, overrides: dict[str, Any] | None = No
 def run_quickstart(config: QuickstartConfig) -> dict[str, Any]:
     file = QUICKSTART_PRESETS[config.preset] + ("-smoke" if config.smoke else "")
     preset = Path(config.preset_file) if config.preset_file else preset_path(file)
-    overrides: dict[str, Any] = {"name": config.name, "seed": config.seed, "fresh": config.fresh}
+    # Without --name the preset names the run, so a smoke run never lands in the full run's directory.
+    overrides: dict[str, Any] = {"seed": config.seed, "fresh": config.fresh}
+    if config.name is not None:
+        overrides["name"] = config.name
     if config.eval_samples is not None:
         overrides["eval_samples"] = config.eval_samples
     return run_pipeline(load_pipeline_config(preset, overrides))

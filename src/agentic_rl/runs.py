@@ -36,11 +36,12 @@ import hashlib
 import json
 import shutil
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Iterable
 
 from agentic_rl.errors import ConfigError
-from agentic_rl.utils import RUNS_ROOT, last_checkpoint, log, read_json, warn, write_json
+from agentic_rl.utils import RUNS_ROOT, last_checkpoint, log, output_path, read_json, warn, write_json
 
 RUN_MARKER = ".agentic-rl-run"
 
@@ -128,7 +129,7 @@ def create_run_root(path: str | Path, kind: str) -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"run directory {path} exists and is not a directory; choose another --output-dir / --name")
-    if path.is_dir() and any(path.iterdir()):
+    if has_run(path):
         marker = read_marker(path)
         if marker is None:
             raise ConfigError(f"{path} is not empty and was not created by agentic-rl; choose a new or empty "
@@ -178,7 +179,7 @@ def delete_run_dir(path: str | Path, kind: str | None = None) -> None:
 
 def check_run_name(name: str) -> None:
     """A run name is one folder name under ``runs/``: no path separators, not ``.`` or ``..``."""
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+    if not name or name in (".", "..") or "/" in name or "\\" in name or not name.isprintable():  # \n, \0, \t
         raise ConfigError(f"name {name!r} must be a plain folder name (no '/', '\\', '.' or '..'); use --output-dir "
                           "for a path")
 
@@ -189,7 +190,7 @@ def check_run_name(name: str) -> None:
 
 def stage_path(output_dir: str | None, default_name: str) -> Path:
     """The run directory a stage will use (``output_dir`` or ``runs/<default_name>``), not created yet."""
-    return Path(output_dir) if output_dir else RUNS_ROOT / default_name
+    return output_path(output_dir) if output_dir else RUNS_ROOT / default_name  # '~' expanded, bad names refused
 
 
 def _checkpoint_dirs(folder: Path) -> list[Path]:
@@ -218,18 +219,20 @@ class StageRun:
         self.finished_path = self.out / FINISHED_MARKER
         self.resume_from: str | None = None
         self.started = time.time()
+        self._lock = ExitStack()  # the run directory's lock, held from claim() to finish()
 
-    def check(self) -> str | None:
+    def check(self, *, announce: bool = True) -> str | None:
         """Decide, without touching the disk, what the stage may do in its directory; returns the checkpoint to
-        resume from (None: start from the beginning). A run in the way is a one-line :class:`ConfigError`."""
+        resume from (None: start from the beginning). A run in the way is a one-line :class:`ConfigError`.
+        ``announce``: print what a resume will do (off when :meth:`claim` checks again under the lock)."""
         out, config, stage = self.out, self.config, self.stage
         resume, overwrite = bool(getattr(config, "resume", False)), bool(getattr(config, "overwrite", False))
         if resume and overwrite:
             raise ConfigError("--resume continues the run in the directory and --overwrite replaces it: choose one")
         if out.exists() and not out.is_dir():
             raise ConfigError(f"output_dir {out} exists and is not a directory; choose another --output-dir")
-        if not out.is_dir() or not any(out.iterdir()):
-            if resume:
+        if not has_run(out):
+            if resume and announce:
                 warn(f"--resume: {out} holds no run yet; starting from the beginning")
             return None
         marker = read_marker(out)
@@ -242,7 +245,7 @@ class StageRun:
         if kind and kind != stage:
             raise ConfigError(f"{out} holds a {kind} run, not a {stage} run; choose another --output-dir")
         if resume:
-            self.resume_from = self._resume_point(marker, is_finished)
+            self.resume_from = self._resume_point(marker, is_finished, announce)
             return self.resume_from
         if overwrite:
             return None
@@ -253,11 +256,12 @@ class StageRun:
                               f"{_choices(config, 'start over')}")
         return None
 
-    def _resume_point(self, marker: dict[str, Any], is_finished: bool) -> str | None:
+    def _resume_point(self, marker: dict[str, Any], is_finished: bool, announce: bool) -> str | None:
         out, stage = self.out, self.stage
         stored = marker.get("settings")
         if stored is None:
-            warn(f"--resume: {out} records no settings; cannot check that they match")
+            if announce:
+                warn(f"--resume: {out} records no settings; cannot check that they match")
         else:
             differences = differing_keys(stored, settings_of(self.config), RESUME_FREE_KEYS)
             if differences:
@@ -267,9 +271,9 @@ class StageRun:
         if checkpoint is None and is_finished:
             raise ConfigError(f"--resume: {out} holds a finished {stage} run but no complete checkpoint to continue "
                               "from; pass --overwrite to replace it, or choose another --output-dir")
-        if checkpoint is None:
+        if announce and checkpoint is None:
             warn(f"--resume: no complete checkpoint-N in {self.checkpoints or out}; starting from the beginning")
-        else:
+        elif announce:
             log(f"resuming from {checkpoint}")
         return checkpoint
 
@@ -279,8 +283,18 @@ class StageRun:
         data and rewards have loaded."""
         from agentic_rl.config import save_config
 
+        from agentic_rl.locking import hold_run_lock
+
         out = self.out
         out.mkdir(parents=True, exist_ok=True)
+        # One run per directory: a second run refuses in one line. Checked again under the lock, since another run
+        # may have finished (or claimed the directory) between this run's check() and now.
+        self._lock.enter_context(hold_run_lock(out, self.stage))
+        try:
+            self.check(announce=False)
+        except BaseException:
+            self._lock.close()
+            raise
         resuming = self.resume_from is not None
         if not resuming:
             remove_outputs(out, (*self.outputs, FINISHED_MARKER))
@@ -297,7 +311,10 @@ class StageRun:
         """Mark the stage finished: :data:`FINISHED_MARKER` with ``result`` (plus the wall time since this object
         was made, unless the result has one) and the settings. Returns ``result``."""
         wall = {} if "wall_time_s" in result else {"wall_time_s": round(time.time() - self.started, 1)}
-        mark_finished(self.out, self.stage, {**result, **wall}, self.config)
+        try:
+            mark_finished(self.out, self.stage, {**result, **wall}, self.config)
+        finally:
+            self._lock.close()
         return result
 
 
@@ -340,23 +357,6 @@ def finished_result(out: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def check_stage_dir(out: Path, config: Any, *, stage: str, checkpoints: Path | None = None,
-                    finished: str | None = None) -> str | None:
-    """:meth:`StageRun.check` for a stage that does not hold a :class:`StageRun`; ``finished``: the file such a
-    stage writes when it finished, in place of :data:`FINISHED_MARKER`."""
-    run = StageRun(out, config, stage=stage, checkpoints=checkpoints)
-    if finished:
-        run.finished_path = run.out / finished
-    return run.check()
-
-
-def claim_stage_dir(out: Path, config: Any, *, stage: str, stale: Iterable[str] = (), resuming: bool) -> Path:
-    """:meth:`StageRun.claim` for a stage that does not hold its :class:`StageRun` (``stale``: what it writes)."""
-    run = StageRun(out, config, stage=stage, outputs=stale)
-    run.resume_from = "resuming" if resuming else None
-    return run.claim()
-
-
 def stage_settings_mismatch(out: Path, config: Any) -> list[str] | None:
     """For a pipeline: the settings in which ``out``'s recorded run differs from ``config`` (everything but
     ``resume``/``overwrite`` counts); None when ``out`` records no settings."""
@@ -367,7 +367,10 @@ def stage_settings_mismatch(out: Path, config: Any) -> list[str] | None:
 
 
 def has_run(out: Path) -> bool:
-    return out.is_dir() and any(out.iterdir())
+    """``out`` holds something besides the lock file a run that stopped before writing anything leaves."""
+    from agentic_rl.locking import LOCK_FILE
+
+    return out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir())
 
 
 def stored_settings(path: Path) -> dict[str, Any] | None:

@@ -17,10 +17,35 @@ from typing import Any, Iterator
 RUNS_ROOT = Path(os.environ.get("AGENTIC_RL_RUNS", "runs"))
 
 
+MAX_NAME_BYTES = 255  # one file or folder name (Linux, macOS and Windows file systems alike)
+
+
+def output_path(output_dir: str | Path) -> Path:
+    """A user's ``--output-dir`` as a path: ``~`` expanded, every folder name short enough for the file system, and
+    not an existing file; a one-line :class:`ConfigError` otherwise (before anything is created)."""
+    from agentic_rl.errors import ConfigError
+
+    path = Path(os.path.expanduser(str(output_dir)))
+    long = next((part for part in path.parts if len(os.fsencode(part)) > MAX_NAME_BYTES), None)
+    if long is not None:
+        raise ConfigError(f"output directory {str(path)[:80]}...: the folder name {long[:40]!r}... is longer than "
+                          f"{MAX_NAME_BYTES} bytes, more than the file system allows; choose a shorter --output-dir")
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"output directory {path} exists and is a file, not a folder; choose another --output-dir")
+    return path
+
+
 def run_dir(output_dir: str | Path | None, default_name: str) -> Path:
-    """The run directory for a stage: ``output_dir`` if given, else ``runs/<default_name>``; created."""
-    path = Path(output_dir) if output_dir else RUNS_ROOT / default_name
-    path.mkdir(parents=True, exist_ok=True)
+    """The run directory for a stage: ``output_dir`` if given (see :func:`output_path`), else
+    ``runs/<default_name>``; created."""
+    from agentic_rl.errors import ConfigError
+
+    path = output_path(output_dir) if output_dir else RUNS_ROOT / default_name
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a parent that is a file, no permission, a full disk, a path too long
+        raise ConfigError(f"cannot create the output directory {path}: {exc.strerror or exc}; choose another "
+                          "--output-dir") from None
     return path
 
 

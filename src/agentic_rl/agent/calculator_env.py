@@ -26,7 +26,7 @@ from decimal import Decimal, InvalidOperation
 
 from agentic_rl.agent.env import ToolEnvironment
 from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT, FINAL_TURNS, demonstration
-from agentic_rl.agent.tools import ToolError
+from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S, ToolError
 from agentic_rl.errors import ConfigError
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -67,13 +67,16 @@ class CalculatorEnv(ToolEnvironment):
 
     def __init__(self, *, max_turns: int = 4, max_tool_calls: int = 3, tool_call_reward: float = 0.1,
                  tool_error_reward: float = 0.0, answer_reward: float = 1.0, tools_enabled: bool = True,
-                 answer_check=None, grounded_calls_only: bool = True, final_turn: str = "steps"):
+                 answer_check=None, grounded_calls_only: bool = True, final_turn: str = "steps",
+                 tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+                 max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS):
         if final_turn not in FINAL_TURNS:
             raise ConfigError(f"final_turn must be one of {', '.join(FINAL_TURNS)}, got {final_turn!r}")
         self.final_turn = final_turn
         super().__init__([calculator], max_turns=max_turns, max_tool_calls=max_tool_calls,
                          tool_call_reward=tool_call_reward, tool_error_reward=tool_error_reward,
-                         answer_reward=answer_reward, tools_enabled=tools_enabled, answer_check=answer_check)
+                         answer_reward=answer_reward, tools_enabled=tools_enabled, answer_check=answer_check,
+                         tool_timeout_s=tool_timeout_s, max_tool_result_chars=max_tool_result_chars)
         self.grounded_calls_only = grounded_calls_only
 
     def reset(self, task):

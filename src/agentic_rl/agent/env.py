@@ -24,6 +24,8 @@ reward for each useful valid tool call (it returned a result, is not a repeat, a
 which subclasses narrow — the calculator asks for grounded arguments), the large part for a correct final answer.
 Malformed JSON, an unknown tool, bad arguments, a tool error or going over ``max_tool_calls`` all become an error
 observation — never an exception. ``max_turns`` bounds the episode: the last allowed turn is scored as the answer.
+A tool call that runs past ``tool_timeout_s`` seconds becomes an error observation, and a result longer than
+``max_tool_result_chars`` characters is clipped (see :mod:`agentic_rl.agent.tools`).
 
 Registry: ``register_environment("name", factory)``; :func:`make_environment` takes a registered name or a
 ``module:factory`` path plus keyword arguments. :func:`environment_factory` is what the stages use: it resolves the
@@ -42,7 +44,7 @@ from typing import Any, Callable
 
 from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.agent.tool_format import clip, parse_tool_calls, tool_message
-from agentic_rl.agent.tools import Tool, ToolError, get_tool
+from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S, Tool, ToolError, get_tool
 from agentic_rl.config import import_object
 from agentic_rl.data.formats import format_solution
 from agentic_rl.errors import ConfigError, DataError
@@ -122,11 +124,21 @@ class ToolEnvironment(Environment):
 
     def __init__(self, tools: list[Any] | None = None, *, max_turns: int = 4, max_tool_calls: int = 3,
                  tool_call_reward: float = 0.1, tool_error_reward: float = 0.0, answer_reward: float = 1.0,
-                 tools_enabled: bool = True, answer_check: Callable[[str, str], bool] | None = None):
+                 tools_enabled: bool = True, answer_check: Callable[[str, str], bool] | None = None,
+                 tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+                 max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS):
         if max_turns < 1:
             raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
         if max_tool_calls < 0:
             raise ConfigError(f"max_tool_calls must be >= 0, got {max_tool_calls}")
+        if isinstance(tool_timeout_s, bool) or not isinstance(tool_timeout_s, (int, float)) \
+                or not 0 < tool_timeout_s < float("inf"):
+            raise ConfigError(f"tool_timeout_s must be a number of seconds > 0, got {tool_timeout_s!r}")
+        if isinstance(max_tool_result_chars, bool) or not isinstance(max_tool_result_chars, int) \
+                or max_tool_result_chars < 1:
+            raise ConfigError(f"max_tool_result_chars must be an integer >= 1, got {max_tool_result_chars!r}")
+        self.tool_timeout_s = float(tool_timeout_s)
+        self.max_tool_result_chars = max_tool_result_chars
         self.tools = [get_tool(t) for t in (tools or [])]
         self.max_turns = max_turns
         self.max_tool_calls = max_tool_calls
@@ -190,7 +202,8 @@ class ToolEnvironment(Environment):
             names = ", ".join(t.name for t in self.tools)
             return f"error: unknown tool '{clip(call.name, 60)}'; available: {names}", False, False
         try:
-            result = tool(call.arguments)
+            result = tool(call.arguments, timeout_s=self.tool_timeout_s,
+                          max_result_chars=self.max_tool_result_chars)
         except ToolError as exc:  # its message may quote the model's arguments: clipped
             return f"error: {clip(exc)}", False, False
         key = f"{call.name}:{json.dumps(call.arguments, sort_keys=True)}"
@@ -257,7 +270,8 @@ def make_environment(spec: str | Callable[..., Environment], **kwargs: Any) -> E
 
 #: Settings every stage offers for any environment, with the same names everywhere. Each goes to an environment
 #: only if its factory takes it (see :func:`environment_settings_used`).
-ENVIRONMENT_SETTINGS = ("max_turns", "max_tool_calls", "tool_call_reward", "tool_error_reward", "answer_reward")
+ENVIRONMENT_SETTINGS = ("max_turns", "max_tool_calls", "tool_call_reward", "tool_error_reward", "answer_reward",
+                        "tool_timeout_s", "max_tool_result_chars")
 #: Also accepted in ``settings`` (passed on the same terms): whether the episode may call tools (evaluation without
 #: tools builds the environment with ``tools_enabled=False``).
 EXTRA_SETTINGS = ("tools_enabled",)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Callable
 
+from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S
 from agentic_rl.config import changed_from_default, check_range, setting
 from agentic_rl.errors import ConfigError
 
@@ -29,6 +30,10 @@ class EnvironmentSettings:
     tool_call_reward: float = setting(0.1, "environment: step reward for each useful valid tool call")
     tool_error_reward: float = setting(0.0, "environment: step reward for a tool call that returns an error (<= 0)")
     answer_reward: float = setting(1.0, "environment: reward of a correct final answer")
+    tool_timeout_s: float = setting(DEFAULT_TOOL_TIMEOUT_S, "environment: seconds a tool call may run; a call that "
+                                    "takes longer becomes an error observation")
+    max_tool_result_chars: int = setting(DEFAULT_MAX_TOOL_RESULT_CHARS, "environment: a tool result longer than this "
+                                         "is clipped (and says so) before the model reads it")
     tools_in_prompt: bool = setting(True, "environment: render the tools' JSON schemas into the prompt with the chat "
                                     "template (off for the embedded tiny model: its SFT teaches the call format)")
     max_turn_tokens: int = setting(48, "environment: new tokens per assistant turn")
@@ -37,6 +42,8 @@ class EnvironmentSettings:
         """Ranges, and no environment setting changed without an environment (it would be ignored)."""
         check_range(self, ("max_turns", "max_turn_tokens"), 1)
         check_range(self, "max_tool_calls", 0)
+        check_range(self, "tool_timeout_s", 0, low_open=True)
+        check_range(self, "max_tool_result_chars", 1)
         check_range(self, "answer_reward", 0, low_open=True)
         check_range(self, "tool_call_reward")  # any finite number
         check_range(self, "tool_error_reward", high=0)  # a positive value would reward broken tool calls
@@ -64,7 +71,8 @@ class EnvironmentSettings:
         """The environment's constructor settings (``environment_factory`` passes those its class accepts)."""
         return {"max_turns": self.max_turns, "max_tool_calls": self.max_tool_calls,
                 "tool_call_reward": self.tool_call_reward, "tool_error_reward": self.tool_error_reward,
-                "answer_reward": self.answer_reward}
+                "answer_reward": self.answer_reward, "tool_timeout_s": self.tool_timeout_s,
+                "max_tool_result_chars": self.max_tool_result_chars}
 
 
 def build_environment(config: EnvironmentSettings) -> Callable[[], Any]:

@@ -12,7 +12,15 @@ A tool is an ordinary function with annotated arguments and a docstring::
 :class:`Tool` derives the JSON schema the chat template shows the model (``{"type": "function", "function": {...}}``)
 from the signature and the docstring, checks the arguments of a call against it, and turns every failure of the
 call into a :class:`ToolError` whose message becomes the observation the model reads — a tool never crashes an
-episode.
+episode. A call has a time limit (``timeout_s``; the environment setting ``tool_timeout_s``) and its result a length
+limit (``max_result_chars``; the setting ``max_tool_result_chars``): a tool that blocks or returns megabytes costs
+one error observation or a clipped result, not a hung or exhausted training run. A result that is not a string is
+shown as JSON when it is a dict or a list (what a model reads in tool messages), else as ``str(result)``.
+
+A Python function cannot be interrupted from outside, so a call with a time limit runs in a daemon thread: when the
+limit passes the episode goes on without it, and the abandoned thread, still running, does not keep the process alive
+at exit. While :data:`MAX_ABANDONED_CALLS` calls of one tool are still running that way, further calls of that tool
+are refused at once rather than piling up threads.
 
 Registry: ``register_tool(fn)`` / ``get_tool("calculator")``; a name that is not registered may be
 ``module:function`` (``get_tool("my_pkg.tools:search")``).
@@ -21,12 +29,23 @@ Registry: ``register_tool(fn)`` / ``get_tool("calculator")``; a name that is not
 from __future__ import annotations
 
 import inspect
+import json
 import re
+import threading
 import typing
 from typing import Any, Callable
 
 from agentic_rl.config import import_object
 from agentic_rl.errors import ConfigError
+
+#: Defaults of the environment settings ``tool_timeout_s`` and ``max_tool_result_chars``.
+DEFAULT_TOOL_TIMEOUT_S = 30.0
+DEFAULT_MAX_TOOL_RESULT_CHARS = 4000
+#: Calls of one tool that may still be running after their time limit before further calls of it are refused.
+MAX_ABANDONED_CALLS = 8
+
+_abandoned: dict[Any, int] = {}  # tool function -> its timed-out calls still running
+_abandoned_guard = threading.Lock()
 
 _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array",
                                dict: "object"}
@@ -77,6 +96,7 @@ class Tool:
     def __init__(self, fn: Callable[..., Any], name: str | None = None):
         self.fn = fn
         self.name = name or fn.__name__
+        self._key = getattr(fn, "__func__", fn)  # a method's calls count together across environment instances
         description, arg_docs = _doc_parts(fn)
         self.description = description or f"The {self.name} tool."
         hints = typing.get_type_hints(fn)
@@ -130,18 +150,74 @@ class Tool:
             checked[name] = value
         return checked
 
-    def __call__(self, arguments: Any) -> str:
+    def __call__(self, arguments: Any, *, timeout_s: float | None = None,
+                 max_result_chars: int | None = None) -> str:
+        """The result of a call as text; ``timeout_s`` bounds the call (None: no limit, run in this thread) and
+        ``max_result_chars`` clips the result (None: not clipped). See the module docstring."""
         kwargs = self.check_arguments(arguments)
+        if timeout_s is None:
+            text = result_text(self._run(kwargs))
+        else:  # the conversion to text counts against the limit too (a result's __str__ is the tool's code)
+            text = self._run_with_timeout(kwargs, timeout_s)
+        if max_result_chars is not None and len(text) > max_result_chars:
+            text = (f"{text[:max_result_chars]}\n[result clipped: {len(text)} characters, the first "
+                    f"{max_result_chars} shown]")
+        return text
+
+    def _run(self, kwargs: dict[str, Any]) -> Any:
         try:
-            result = self.fn(**kwargs)
+            return self.fn(**kwargs)
         except ToolError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of a tool is an observation, not a crash
             raise ToolError(f"{self.name} failed: {type(exc).__name__}: {exc}") from None
-        return result if isinstance(result, str) else str(result)
+
+    def _run_with_timeout(self, kwargs: dict[str, Any], timeout_s: float) -> str:
+        with _abandoned_guard:
+            if _abandoned.get(self._key, 0) >= MAX_ABANDONED_CALLS:
+                raise ToolError(f"{self.name} is unavailable: {MAX_ABANDONED_CALLS} earlier calls went past the "
+                                f"{timeout_s:g} s limit and are still running")
+        outcome: dict[str, Any] = {}
+        state = {"abandoned": False}
+        done = threading.Event()
+
+        def call() -> None:
+            try:
+                outcome["result"] = result_text(self._run(kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
+                outcome["error"] = exc
+            finally:
+                with _abandoned_guard:
+                    done.set()
+                    if state["abandoned"]:
+                        _abandoned[self._key] -= 1
+
+        threading.Thread(target=call, name=f"tool-{self.name}", daemon=True).start()
+        if not done.wait(timeout_s):
+            with _abandoned_guard:
+                if not done.is_set():
+                    state["abandoned"] = True
+                    _abandoned[self._key] = _abandoned.get(self._key, 0) + 1
+            if state["abandoned"]:
+                raise ToolError(f"{self.name} did not return within {timeout_s:g} s (the tool_timeout_s setting)")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["result"]
 
     def __repr__(self) -> str:
         return f"Tool({self.name})"
+
+
+def result_text(result: Any) -> str:
+    """A tool's result as the text the model reads: a string as is, a dict or list as JSON, anything else ``str``."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, (dict, list, tuple)):
+        try:
+            return json.dumps(result, ensure_ascii=False, default=str)
+        except (TypeError, ValueError, RecursionError):  # e.g. non-string keys of mixed types, a circular reference
+            pass
+    return str(result)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ import numbers
 from typing import Any, Callable
 
 from agentic_rl.agent.env import StepResult, ToolEnvironment
-from agentic_rl.agent.tools import Tool
+from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S, Tool
 from agentic_rl.errors import ConfigError, RewardError
 
 #: Methods of a TRL environment that are not tools (TRL's own exclusions).
@@ -69,7 +69,9 @@ class TRLEnvironment(ToolEnvironment):
 
     def __init__(self, obj: Any, *, max_turns: int = 4, max_tool_calls: int = 3, tool_call_reward: float = 0.1,
                  tool_error_reward: float = 0.0, answer_reward: float = 1.0, tools_enabled: bool = True,
-                 answer_check: Callable[[str, str], bool] | None = None):
+                 answer_check: Callable[[str, str], bool] | None = None,
+                 tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+                 max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS):
         cls_name = type(obj).__name__
         if not callable(getattr(obj, "reset", None)):
             raise ConfigError(f"environment {cls_name} has no reset(**row) method")
@@ -78,7 +80,8 @@ class TRLEnvironment(ToolEnvironment):
             raise ConfigError(f"{cls_name}.get_reward is async; write it as a plain method returning a float")
         super().__init__(trl_tools(obj), max_turns=max_turns, max_tool_calls=max_tool_calls,
                          tool_call_reward=tool_call_reward, tool_error_reward=tool_error_reward,
-                         answer_reward=answer_reward, tools_enabled=tools_enabled, answer_check=answer_check)
+                         answer_reward=answer_reward, tools_enabled=tools_enabled, answer_check=answer_check,
+                         tool_timeout_s=tool_timeout_s, max_tool_result_chars=max_tool_result_chars)
         self.obj = obj
         self._get_reward = get_reward if callable(get_reward) else None
         prompt = getattr(obj, "system_prompt", None)

@@ -150,17 +150,25 @@ def _read_json(path: Path) -> Records:
 
 
 def _read_csv(path: Path) -> Records:
+    """Rows named by their number under the header (what a spreadsheet shows) and the line they start on: a quoted
+    value may span lines (GSM8K's answers do), so the line alone does not say which row is meant."""
     with path.open(encoding="utf-8-sig", newline="") as fh:
         reader = csv.DictReader(fh)
         rows, locs = [], []
+        where = f"{path} line 1"
         try:
-            for row in reader:
+            reader.fieldnames  # reads the header
+            while True:
+                where = f"{path} row {len(rows) + 1} (from line {reader.line_num + 1})"
+                row = next(reader, None)
+                if row is None:
+                    break
                 if None in row:
-                    raise DataError(f"{path} line {reader.line_num}: more values than the header has columns")
+                    raise DataError(f"{where}: more values than the header has columns")
                 rows.append(dict(row))
-                locs.append(f"{path} line {reader.line_num}")
+                locs.append(where)
         except csv.Error as exc:
-            raise DataError(f"{path} line {reader.line_num}: malformed CSV ({exc})") from None
+            raise DataError(f"{where}: malformed CSV ({exc})") from None
     return Records(rows, str(path), locs)
 
 

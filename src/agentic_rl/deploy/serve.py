@@ -5,8 +5,9 @@
 
 Endpoints: ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /v1/chat/completions`` (``messages``, ``max_tokens``,
 ``temperature``, ``top_p``, ``n``, ``stop``, ``stream`` as server-sent events, vLLM's ``chat_template_kwargs``),
-``GET /health``. Any OpenAI client
-works: ``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=...)``.
+``GET /health``. The model id clients pass as ``model`` (and ``/v1/models`` lists) is the directory's name,
+``exported`` for ``exported/``, unless ``--served-model-name`` sets another. Any OpenAI client works:
+``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=...).chat.completions.create(model="exported", messages=...)``.
 
 How a request is answered:
 

@@ -27,6 +27,9 @@ from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError, DataError
 
 
+MAX_BOOTSTRAP_SAMPLES = 100_000
+
+
 @dataclass
 class CompareConfig:
     """Settings of ``agentic-rl compare``."""
@@ -36,12 +39,14 @@ class CompareConfig:
     treatment: str = setting("grpo", "the stage under test (its eval/<stage>/predictions.jsonl is read, or "
                                      "episodes_with_tools.jsonl for a stage evaluated in an environment)")
     control: str = setting("sft_continued", "the compute-matched control stage")
-    bootstrap_samples: int = setting(10000, "bootstrap resamples for the 95-percent intervals")
+    bootstrap_samples: int = setting(10000, f"bootstrap resamples for the 95-percent intervals (at most "
+                                            f"{MAX_BOOTSTRAP_SAMPLES}: more moves the interval by less than its "
+                                            "rounding)")
     seed: int = setting(0, "seed of the bootstrap resampling")
     output_dir: str | None = setting(None, "where compare.json / compare.md / compare.png go (default runs/compare)")
 
     def __post_init__(self) -> None:
-        check_range(self, "bootstrap_samples", 100)
+        check_range(self, "bootstrap_samples", 100, MAX_BOOTSTRAP_SAMPLES)
         check_range(self, "seed", *SEED_RANGE)
         if self.treatment == self.control:
             raise ConfigError(f"treatment and control are the same stage ({self.treatment!r})")
@@ -121,12 +126,22 @@ def per_problem_accuracy(stage_dir: Path) -> dict[str, float]:
                         "evaluated? run the pipeline with the stage on)")
     path, key = found[0]
     totals: dict[str, list[int]] = {}
+    seen: dict[tuple[str, Any, Any], int] = {}  # (question, index, sample) -> line: one row per problem and sample
     for n, row in iter_jsonl(path):
         if "question" not in row or key not in row:
             raise DataError(f"{path} line {n}: needs 'question' and '{key}' (an evaluation output)")
+        if "sample" in row:
+            ident = (str(row["question"]), row.get("index"), row["sample"])
+            if ident in seen:
+                raise DataError(f"{path} line {n}: repeats line {seen[ident]} (the same problem and sample "
+                                f"{row['sample']!r}); an evaluation writes each once, so this file was edited or "
+                                "appended to: evaluate the stage again")
+            seen[ident] = n
         hits = totals.setdefault(str(row["question"]), [0, 0])
         hits[0] += bool(row[key])
         hits[1] += 1
+    if not totals:
+        raise DataError(f"{path} has no rows (the evaluation was cut short?); evaluate the stage again")
     return {q: c / n for q, (c, n) in totals.items()}
 
 
@@ -230,7 +245,11 @@ def run(config: CompareConfig) -> dict[str, Any]:
     if not config.runs:
         raise ConfigError("give at least one run directory: agentic-rl compare RUN_DIR [RUN_DIR ...]")
     runs = [Path(r) for r in config.runs]
+    first_given: dict[Path, Path] = {}
     for r in runs:
+        same = first_given.setdefault(r.resolve(), r)
+        if same is not r:  # one seed counted twice would narrow the interval without new evidence
+            raise ConfigError(f"run directory {r} is given twice (also as {same}); give each seed's run once")
         if not (r / "eval").is_dir():
             raise DataError(f"{r}: no eval/ folder (not a pipeline/quickstart run directory?)")
     result = compare_runs(runs, config.treatment, config.control, samples=config.bootstrap_samples,

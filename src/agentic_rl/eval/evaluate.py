@@ -19,7 +19,7 @@ Run it::
 
     agentic-rl eval runs/quickstart-agentic/grpo/model --environment calculator --no-tools-in-prompt
     agentic-rl eval runs/quickstart/sft/model runs/quickstart/grpo/model --dataset synthetic --eval-samples 200
-    agentic-rl eval Qwen/Qwen3-0.6B --dataset /data/gsm8k --num-samples 8 --temperature 0.7 --pass-at-k 1,4,8
+    agentic-rl eval Qwen/Qwen3-0.6B --dataset openai/gsm8k --num-samples 8 --temperature 0.7 --pass-at-k 1,4,8
 
 Outputs (in ``--output-dir``, default ``runs/eval``; one sub-directory per model when several are given)::
 

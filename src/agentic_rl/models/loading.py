@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -308,3 +309,45 @@ def nonfinite_parameters(model, *, trainable_only: bool = False) -> list[str]:
             bad += [n for (n, _), ok in zip(named, flags) if not ok]
     return bad
 
+
+
+#: What a failed save reports: a full disk (or quota) is the usual cause, and the fix is the user's.
+DISK_FULL_ERRNOS = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+def save_model_atomically(model, tokenizer, path: str | Path) -> Path:
+    """Write ``model`` and ``tokenizer`` (``save_pretrained``) into the folder ``path`` whole or not at all.
+
+    The files go into a hidden sibling folder first, which is renamed to ``path`` once complete (an existing
+    ``path`` is replaced only then), so a full disk or a crash mid-save never leaves a half-written model folder
+    that a later stage would load. A failed write removes the partial folder and is one line
+    (:class:`~agentic_rl.errors.AgenticRLError`), naming the disk being full when it is.
+    """
+    import shutil
+
+    from agentic_rl.errors import AgenticRLError
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.parent / f".{path.name}.partial-{os.getpid()}"
+    replaced = path.parent / f".{path.name}.replaced-{os.getpid()}"
+    for leftover in (partial, replaced):  # from an earlier save of this process that was cut short
+        shutil.rmtree(leftover, ignore_errors=True)
+    try:
+        partial.mkdir()
+        model.save_pretrained(str(partial))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(partial))
+        if path.exists():
+            path.rename(replaced)
+        partial.rename(path)
+    except OSError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        if replaced.exists() and not path.exists():  # put the previous model back
+            replaced.rename(path)
+        if exc.errno in DISK_FULL_ERRNOS:
+            raise AgenticRLError(f"the disk is full: could not save the model to {path} (nothing half-written was "
+                                 "left); free some space and run the same command with --resume") from None
+        raise AgenticRLError(f"could not save the model to {path}: {exc.strerror or exc}") from None
+    shutil.rmtree(replaced, ignore_errors=True)
+    return path

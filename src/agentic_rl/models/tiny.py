@@ -287,18 +287,15 @@ def save_model_dir(model, tokenizer, path: str | Path) -> Path:
     Weights holding NaN or inf are refused (:class:`~agentic_rl.errors.TrainingError`) before anything is written.
     """
     from agentic_rl.errors import TrainingError
-    from agentic_rl.models.loading import nonfinite_parameters
+    from agentic_rl.models.loading import nonfinite_parameters, save_model_atomically
 
     path = Path(path)
     bad = nonfinite_parameters(model)
     if bad:  # a model folder must never hold NaN/inf weights: every later stage would load garbage
         raise TrainingError(f"not saving {path}: the weights hold NaN/inf ({bad[0]}"
                             f"{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})")
-    path.mkdir(parents=True, exist_ok=True)
     if getattr(model, "generation_config", None) is None or model.generation_config.eos_token_id is None:
         _set_generation_config(model, tokenizer)
     model.config.pad_token_id = tokenizer.pad_token_id
     model.config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_model_atomically(model, tokenizer, path)  # whole or not at all (a full disk leaves no half folder)

@@ -6,24 +6,28 @@
 For every (prompt, completion) the judge gets a system message (the rubric and the reply format) and a user message
 (the prompt, the response, optionally a reference column such as ``ground_truth``). Its reply must contain exactly
 one line ``Score: N`` with N a number in [0, 10]; the reward is N / 10. Anything else — no such line, two of them,
-``Score: 7/10``, ``Score: 11`` — is *unparseable*: it scores ``unparseable_score`` (0 by default), is counted
-(``stats``, a warning per batch, and ``judge/unparseable_fraction`` in the training metrics) and is not cached.
+``Score: 7/10``, ``Score: 11`` — is *unparseable*: it scores ``unparseable_score`` (in [0, 1], 0 by default), is
+counted (``stats``, a warning per batch, and ``judge/unparseable_fraction`` in the training metrics) and is not cached.
 
 Requests go out through the ``openai`` client (``pip install 'agentic-rl[judge]'``; imported only when a judge is
 built) with at most ``max_concurrency`` in flight. Each request has ``timeout`` seconds; a connection error, a
 timeout, a 429 or a 5xx is retried ``max_retries`` times with exponential back-off (``backoff`` x 1, 2, 4 ... s),
-all within ``timeout x (max_retries + 1)`` per completion, so a call never hangs past that bound. Once one
+all within ``timeout x (max_retries + 1)`` per completion, so a call never hangs past that bound. The bound is on
+the whole request, not on each network read: a reply that trickles in slower than ``timeout`` counts as timed out. A
+reply that is not a chat completion (an HTML page, text that is not JSON) is a failed request. Once one
 completion has used up its retries on an unreachable endpoint, the rest of the batch stops asking. Then:
 
 * without ``fallback``, the call raises :class:`JudgeError` (one line naming the URL and the last error);
-* with ``fallback=<float>``, the failed completions score that value and are counted (``stats["failures"]``).
+* with ``fallback=<float>`` (in [0, 1]), the failed completions score that value and are counted
+  (``stats["failures"]``).
 
 A wrong API key, model name or URL path (401/403/404) is always an error: no fallback hides a misconfiguration.
 
 Scores are cached by (judge model, rubric, prompt, completion, reference) in memory, and in ``cache_path`` (JSONL,
 one ``{"key", "score", "reply"}`` per line, appended) when given, so an identical completion — within a batch, later
-in training, or in the next run — is never sent twice. The API key comes from the environment variable
-``api_key_env`` (``OPENAI_API_KEY`` by default; ``EMPTY`` when unset, which local servers accept).
+in training, or in the next run — is never sent twice. A cache row whose score is not a number in [0, 1] is skipped
+with a warning (that completion is asked again). The API key comes from the environment variable ``api_key_env``
+(``OPENAI_API_KEY`` by default; ``EMPTY`` when unset, which local servers accept).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ INSTRUCTIONS = ("You are a strict grader.\n{rubric}\n\nEnd your reply with one l
 _SCORE_LINE = re.compile(r"^[ \t]*score[ \t]*:(.*)$", re.IGNORECASE | re.MULTILINE)
 _NUMBER = re.compile(r"^[ \t]*(\d+(?:\.\d+)?)[ \t]*$")
 _PREVIEW = 160
+MAX_REPLY_BYTES = 4 * 2**20  # a chat completion of max_tokens tokens is far smaller; more is not a judge's reply
 
 
 class JudgeError(AgenticRLError):
@@ -116,6 +121,28 @@ class _Failed(Exception):
         self.asked = asked
 
 
+class _TooSlow(Exception):
+    """A request whose reply did not arrive whole within its time bound."""
+
+
+def _reply_text(body: bytes, base_url: str) -> str:
+    """The message text of an OpenAI chat-completion body; :class:`_Failed` when the body is not one (an HTML page,
+    a proxy's error text, JSON of another shape)."""
+    try:
+        data = json.loads(body)
+        choices = data["choices"]
+        if not choices:
+            return ""
+        content = choices[0]["message"].get("content")
+        if content is None or isinstance(content, str):
+            return content or ""
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        pass
+    preview = " ".join(body[:_PREVIEW].decode("utf-8", "replace").split())
+    raise _Failed(f"judge at {base_url} replied with something that is not a chat completion "
+                  f"(it starts {preview!r}); is base_url the OpenAI-compatible API (usually ending in /v1)?")
+
+
 class JudgeReward:
     """A TRL reward ``judge(completions, prompts, **columns) -> list[float]`` scored by an LLM (module docstring).
 
@@ -155,6 +182,9 @@ class JudgeReward:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ConfigError(f"judge: {key} must be a number, got {value!r}")
+            if key in ("unparseable_score", "fallback") and not 0.0 <= value <= 1.0:
+                raise ConfigError(f"judge: {key} must be a reward in [0, 1] like the judge's own scores, "
+                                  f"got {value!r}")
         if timeout <= 0 or backoff < 0 or temperature < 0:
             raise ConfigError("judge: timeout must be > 0, backoff and temperature >= 0")
         try:
@@ -189,11 +219,15 @@ class JudgeReward:
         # skip_bad_lines: e.g. a line cut short when a run was killed mid-write
         for _, row in iter_jsonl(self.cache_path, skip_bad_lines=True):
             try:
-                cache[str(row["key"])] = float(row["score"])
+                score = row["score"]
+                if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= score <= 1.0:
+                    raise ValueError(score)  # NaN fails the range check too
+                cache[str(row["key"])] = float(score)
             except (ValueError, KeyError, TypeError):
                 bad += 1
         if bad:
-            warn(f"judge: skipped {bad} cache row(s) without a key and a numeric score in {self.cache_path}")
+            warn(f"judge: skipped {bad} cache row(s) without a key and a score in [0, 1] in {self.cache_path} "
+                 "(those completions are asked again)")
         return cache
 
     def _key(self, prompt: str, completion: str, reference: Any) -> str:
@@ -217,6 +251,8 @@ class JudgeReward:
     def _ask(self, messages: list[dict[str, str]], endpoint_down: threading.Event) -> str:
         """The judge's reply text, retrying transient errors within ``timeout x (max_retries + 1)``."""
         openai = self._openai
+        import httpx
+
         deadline = time.monotonic() + self.timeout * (self.max_retries + 1)
         last = "no attempt was made"
         for attempt in range(self.max_retries + 1):
@@ -225,17 +261,20 @@ class JudgeReward:
                 break
             self._count("requests")
             try:
-                reply = self._client.with_options(timeout=min(self.timeout, remaining)).chat.completions.create(
-                    model=self.model, messages=messages, temperature=self.temperature, max_tokens=self.max_tokens)
-                return (reply.choices[0].message.content or "") if reply.choices else ""
+                return _reply_text(self._request(messages, min(self.timeout, remaining)), self.base_url)
             except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
                 raise JudgeError(f"judge at {self.base_url} refused the request ({type(exc).__name__}: "
                                  f"{_one_line(exc)}); check the model name, the URL and ${self.api_key_env}") from None
-            except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as exc:
-                kind = "timed out" if isinstance(exc, openai.APITimeoutError) else type(exc).__name__
-                last = f"{kind}: {_one_line(exc)}" if kind != "timed out" else f"timed out after {self.timeout:g}s"
+            except (openai.APITimeoutError, httpx.TimeoutException, _TooSlow):
+                last = f"timed out after {self.timeout:g}s"
+            except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError,
+                    httpx.TransportError) as exc:
+                last = f"{type(exc).__name__}: {_one_line(exc)}"
             except openai.APIStatusError as exc:  # another 4xx: this request is wrong, asking again will not help
                 raise _Failed(f"judge at {self.base_url} rejected a request ({exc.status_code}: "
+                              f"{_one_line(exc)})") from None
+            except openai.APIError as exc:  # e.g. a response the client cannot read
+                raise _Failed(f"judge at {self.base_url} gave an unreadable response ({type(exc).__name__}: "
                               f"{_one_line(exc)})") from None
             if attempt < self.max_retries:
                 time.sleep(max(0.0, min(self.backoff * 2 ** attempt, deadline - time.monotonic())))
@@ -244,6 +283,27 @@ class JudgeReward:
         endpoint_down.set()
         raise _Failed(f"judge at {self.base_url} failed after {self.max_retries + 1} attempt(s) "
                       f"(timeout {self.timeout:g}s each): {last}")
+
+    def _request(self, messages: list[dict[str, str]], budget: float) -> bytes:
+        """The raw body of one chat-completion request, which must arrive whole within ``budget`` seconds.
+
+        The HTTP client's timeout bounds each network read only; a server trickling its reply a byte at a time
+        would never trip it, so the body is read as it streams in and the request is abandoned at its deadline.
+        """
+        request_deadline = time.monotonic() + budget
+        body = bytearray()
+        with self._client.with_options(timeout=budget).chat.completions.with_streaming_response.create(
+                model=self.model, messages=messages, temperature=self.temperature,
+                max_tokens=self.max_tokens) as response:
+            for chunk in response.iter_bytes():
+                body += chunk
+                if time.monotonic() > request_deadline:
+                    raise _TooSlow()
+                if len(body) > MAX_REPLY_BYTES:
+                    raise _Failed(f"judge at {self.base_url} sent a reply over {MAX_REPLY_BYTES // 2**20} MB")
+        if time.monotonic() > request_deadline:
+            raise _TooSlow()
+        return bytes(body)
 
     # -- the reward -----------------------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ the reward and the problem, never a TRL traceback or a silently skipped reward.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import math
@@ -76,12 +77,16 @@ def _accepted(cls: Any) -> list[str]:
 def get_reward(name: str, **params: Any) -> Callable[..., list[float]]:
     """A built-in reward by name, built with ``params`` (e.g. ``get_reward("length", alpha=0.01)``)."""
     if name not in REWARDS:
-        raise ConfigError(f"unknown reward '{name}'; built-in rewards are {', '.join(REWARDS)} "
+        close = difflib.get_close_matches(name, list(REWARDS), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"unknown reward '{name}'{hint}; built-in rewards are {', '.join(REWARDS)} "
                           f"(or give a user reward as module:function)")
     cls = REWARDS[name]
     unknown = [k for k in params if k not in _accepted(cls)]
     if unknown:
-        raise ConfigError(f"reward '{name}' has no parameter '{unknown[0]}'; its parameters are "
+        close = difflib.get_close_matches(unknown[0], list(_accepted(cls)), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"reward '{name}' has no parameter '{unknown[0]}'{hint}; its parameters are "
                           f"{', '.join(_accepted(cls))}")
     try:
         return cls(**params)

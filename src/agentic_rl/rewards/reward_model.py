@@ -4,7 +4,9 @@
 Each completion is scored as the reward model saw its training pairs: a conversational prompt plus the completion as
 an assistant message, rendered by the chat template exactly as TRL's ``RewardTrainer`` tokenizes a conversational
 pair (:func:`render_conversation`); a plain-text prompt gets the completion and the EOS token appended. The score is
-the model's scalar output at the last non-padding token. Scoring is batched (right padding, ``batch_size`` sequences
+the model's scalar output at the last non-padding token. A sequence longer than ``max_length`` tokens (default: the
+model's context length) is cut to its first ``max_length`` tokens, so one huge completion cannot exhaust memory.
+Scoring is batched (right padding, ``batch_size`` sequences
 per forward pass), in eval mode under ``torch.inference_mode``, on the training device (GPU when there is one), so
 the same completion always gets the same score.
 
@@ -90,13 +92,21 @@ def pair_texts(tokenizer, prompt: Any, completion: Any) -> list[int]:
     return list(tokenizer(text)["input_ids"])
 
 
-def score_texts(model, tokenizer, sequences: Sequence[list[int]], *, batch_size: int = 32) -> list[float]:
+def score_texts(model, tokenizer, sequences: Sequence[list[int]], *, batch_size: int = 32,
+                max_length: int | None = None) -> list[float]:
     """The reward model's scalar for each token sequence, batched with right padding (the classification head reads
-    the last non-padding token, so padding never changes a score)."""
+    the last non-padding token, so padding never changes a score). A sequence longer than ``max_length`` is cut to
+    its first ``max_length`` tokens (None: the model's context length, ``max_position_embeddings``)."""
     import torch
 
     if batch_size < 1:
         raise ConfigError(f"batch_size ({batch_size}) must be >= 1")
+    if max_length is None:
+        max_length = getattr(model.config, "max_position_embeddings", None)
+    if max_length is not None:
+        if max_length < 1:
+            raise ConfigError(f"max_length ({max_length}) must be >= 1")
+        sequences = [s[:max_length] for s in sequences]
     device = next(model.parameters()).device
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else tokenizer.pad_token_id
     scores: list[float] = []
@@ -121,13 +131,18 @@ class RewardModelReward:
     there is one (where GRPO trains), else the CPU.
     """
 
-    def __init__(self, path: str, batch_size: int = 32, device: str | None = None, name: str = "reward_model"):
+    def __init__(self, path: str, batch_size: int = 32, device: str | None = None, name: str = "reward_model",
+                 max_length: int | None = None):
         if not path:
             raise ConfigError("reward_model needs path=DIR (the folder `agentic-rl reward-model` wrote)")
         self.path = str(path)
         self.batch_size = int(batch_size)
         if self.batch_size < 1:
             raise ConfigError(f"reward_model: batch_size ({batch_size}) must be >= 1")
+        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
+                                       or max_length < 1):
+            raise ConfigError(f"reward_model: max_length must be an integer >= 1 (tokens), got {max_length!r}")
+        self.max_length = max_length
         self.model, self.tokenizer = _shared_reward_model(str(Path(self.path).resolve()), device)
         self.__name__ = name
 
@@ -139,7 +154,7 @@ class RewardModelReward:
             raise ConfigError(f"reward_model: {len(prompts)} prompts for {len(completions)} completions")
         rows = [pair_texts(self.tokenizer, prompts[i] if prompts is not None else None, c)
                 for i, c in enumerate(completions)]
-        return score_texts(self.model, self.tokenizer, rows, batch_size=self.batch_size)
+        return score_texts(self.model, self.tokenizer, rows, batch_size=self.batch_size, max_length=self.max_length)
 
     def __repr__(self) -> str:
         return f"RewardModelReward(path={self.path!r})"

@@ -3,20 +3,18 @@ positions only.
 
 TRL's ``GRPOTrainer`` (and ``RLOOTrainer``) score a batch — the policy's log-probs for the loss, the reference's for
 the KL term, the old policy's when needed — with forward passes over ``[prompt | completion]`` rows: prompts
-left-padded to the longest prompt of the batch, completions right-padded to the longest completion. On the
-quickstart's batches (8 prompts of 35-80 tokens, completions of 14-46) about a quarter of those positions are
-padding, and the forward and backward passes pay for every one. verl removes padding with variable-length attention
-kernels (``use_remove_padding``); those need a GPU. Here (:class:`LengthSortedScoring`) the rows are sorted by prompt
-length, then completion length, and scored ``logprob_chunk_rows`` at a time; each chunk drops the columns none of its
-rows uses — left padding all its prompts share and completion columns past its longest completion. The results are
-put back in the batch's order and width (zeros where a chunk was cut, which the completion mask hides), so the loss,
-its normalisation and the gradients are TRL's own, up to float rounding.
+left-padded to the longest prompt of the batch, completions right-padded to the longest completion. With prompts and
+completions of uneven lengths much of that is padding, and the forward and backward passes pay for every position.
+verl removes padding with variable-length attention kernels (``use_remove_padding``); those need a GPU. Here
+(:class:`LengthSortedScoring`) the rows are sorted by prompt length, then completion length, and scored
+``logprob_chunk_rows`` at a time; each chunk drops the columns none of its rows uses — left padding all its prompts
+share and completion columns past its longest completion. The results are put back in the batch's order and width
+(zeros where a chunk was cut, which the completion mask hides), so the loss, its normalisation and the gradients are
+TRL's own, up to float rounding.
 
 Dropping left columns moves every position of the chunk by the same amount. Rotary position embeddings depend only on
 the distance between positions, so that changes nothing but rounding; models with absolute positions, or rotary
 variants whose frequencies depend on the sequence length, keep their left columns (:func:`shift_invariant`).
-
-Measured with ``benchmarks/bench_grpo_step.py`` (see the tiny preset's comment in ``train/grpo.py``).
 
 :func:`labelled_positions_only` is the other half, for SFT as well: TRL's fused LM head then projects only the
 positions that carry a label (the completion) on a CPU, as it does on GPUs.
@@ -85,6 +83,8 @@ class LengthSortedScoring:
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **extras: Any):
+        """Replaces ``GRPOTrainer._get_per_token_logps_and_entropies`` (and ``RLOOTrainer``'s, the same; checked
+        against TRL 1.16) by the same passes over length-sorted chunks; TRL's own with chunking off."""
         import torch
         import torch.nn.functional as F
 
@@ -113,9 +113,10 @@ def labelled_positions_only():
     TRL projects through the LM head and folds the vocabulary only for labelled positions where Triton runs, and for
     every position elsewhere, because on a compiling backend (Neuron) a changing count would recompile each batch;
     the unlabelled positions' results are then zeroed. Nothing compiles on a CPU, and in SFT the prompt and the
-    padding are about two thirds of the positions (the quickstart: completions of ~28 tokens in rows of ~82), so the
-    head's forward and backward run for three times the tokens they need. Same arithmetic per labelled position: this
-    is TRL's own GPU path. A TRL without the switch (``trl.trainer.utils._use_triton``) keeps its own behaviour."""
+    padding are most of the positions, so the head's forward and backward would run for several times the tokens
+    they need. Same arithmetic per labelled position: this
+    is TRL's own GPU path. A TRL without the switch (``trl.trainer.utils._use_triton``, checked against TRL 1.16 with
+    the overridden methods: :data:`agentic_rl.train.grpo_trainer.OVERRIDDEN_TRL_METHODS`) keeps its own behaviour."""
     import trl.trainer.utils as trl_utils
 
     original = getattr(trl_utils, "_use_triton", None)

@@ -5,7 +5,9 @@ Algorithm (the Bradley-Terry reward model of InstructGPT, as TRL 1.16 implements
 1. Data: a local JSONL of preference pairs, ``prompt`` + ``chosen`` + ``rejected`` (what ``agentic-rl preferences``
    writes), as text (strings) or conversational (message lists; ``prompt`` may then be left out when ``chosen`` and
    ``rejected`` hold the whole conversation). Extra columns (scores) are ignored. A seeded ``heldout_fraction`` of
-   the pairs is carved out before training and never trained on.
+   the pairs is carved out before training and never trained on. A pair whose chosen equals its rejected teaches
+   nothing (and would count as a wrong ranking): such pairs are dropped with a count; a file of nothing else is an
+   error.
 2. Model: ``AutoModelForSequenceClassification(num_labels=1)`` from a causal-LM directory (an SFT ``model/``
    folder: Qwen3 gives ``Qwen3ForSequenceClassification``, a fresh linear ``score`` head on the last hidden state);
    ``pad_token_id`` is set in its config, since the head reads the last non-padding token. LoRA (``task_type
@@ -15,7 +17,8 @@ Algorithm (the Bradley-Terry reward model of InstructGPT, as TRL 1.16 implements
    template. TRL logs loss, accuracy, margin and reward range to TensorBoard (``<run>/tensorboard``).
 4. Held-out pairwise accuracy: the share of held-out pairs with ``r(chosen) > r(rejected)`` (a tie counts as wrong),
    before and after training, scored by the same code the ``reward_model`` reward uses
-   (:mod:`agentic_rl.rewards.reward_model`).
+   (:mod:`agentic_rl.rewards.reward_model`); a held-out sequence longer than ``max_length`` tokens is scored on its
+   first ``max_length`` tokens.
 5. Output in the run directory: ``model/`` (the reward model: LoRA merged into it, loadable with
    ``AutoModelForSequenceClassification``; the stage's model folder), ``adapter/`` for LoRA runs, ``config.yaml``,
    ``metrics.json``, ``metrics.jsonl`` (every logged step), ``checkpoints/`` (for ``--resume``), ``stage.json`` once
@@ -39,7 +42,7 @@ from typing import Any
 from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, setting)
 from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
-from agentic_rl.utils import has_gpu, iter_jsonl, log, set_seed, supports_bf16, write_json
+from agentic_rl.utils import has_gpu, iter_jsonl, log, set_seed, supports_bf16, warn, write_json
 
 #: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 
@@ -115,7 +118,7 @@ def load_pairs(path: str) -> tuple[list[dict[str, Any]], bool]:
         raise DataError(f"{path} holds no preference pairs")
     with_prompt = "prompt" in raw[0][1]
     conversational = _is_messages(raw[0][1].get("chosen"))
-    rows = []
+    rows, lines = [], []
     for i, row in raw:
         if "chosen" not in row or "rejected" not in row:
             raise DataError(f"{path} line {i}: a preference pair needs 'chosen' and 'rejected' "
@@ -130,6 +133,15 @@ def load_pairs(path: str) -> tuple[list[dict[str, Any]], bool]:
                 form = "a message list [{role, content}, ...]" if conversational else "a string"
                 raise DataError(f"{path} line {i}: '{key}' must be {form} like the first row's 'chosen'")
         rows.append({k: row[k] for k in keys})
+        lines.append(i)
+    same = [line for line, row in zip(lines, rows) if row["chosen"] == row["rejected"]]
+    if len(same) == len(rows):
+        raise DataError(f"{path}: in every pair 'chosen' equals 'rejected' (line {same[0]} first); a pair needs two "
+                        "different responses to rank")
+    if same:
+        warn(f"{path}: dropped {len(same)} of {len(rows)} pairs whose 'chosen' equals 'rejected' (line {same[0]} "
+             "first): they rank nothing")
+        rows = [row for row in rows if row["chosen"] != row["rejected"]]
     return rows, conversational
 
 
@@ -148,9 +160,10 @@ def split_pairs(rows: list[dict[str, Any]], config: RewardModelConfig) -> tuple[
     return rows[n_heldout:], rows[:n_heldout]
 
 
-def pairwise_accuracy(model, tokenizer, pairs: list[dict[str, Any]], *, batch_size: int = 32) -> dict[str, float]:
+def pairwise_accuracy(model, tokenizer, pairs: list[dict[str, Any]], *, batch_size: int = 32,
+                      max_length: int | None = None) -> dict[str, float]:
     """Share of pairs scored ``r(chosen) > r(rejected)`` (ties count as wrong), the mean margin, and the mean
-    scores, with the scoring the ``reward_model`` reward uses."""
+    scores, with the scoring the ``reward_model`` reward uses (sequences cut to ``max_length`` tokens)."""
     from agentic_rl.rewards.reward_model import pair_texts, score_texts
 
     if not pairs:
@@ -159,7 +172,8 @@ def pairwise_accuracy(model, tokenizer, pairs: list[dict[str, Any]], *, batch_si
     # Each distinct sequence is scored once: the same text in two padded batches can differ in the last float bits,
     # which would turn an exact tie (chosen == rejected) into a coin flip.
     unique = list(dict.fromkeys(tuple(s) for s in sequences))
-    by_sequence = dict(zip(unique, score_texts(model, tokenizer, [list(s) for s in unique], batch_size=batch_size)))
+    by_sequence = dict(zip(unique, score_texts(model, tokenizer, [list(s) for s in unique], batch_size=batch_size,
+                                               max_length=max_length)))
     scores = [by_sequence[tuple(s)] for s in sequences]
     chosen, rejected = scores[0::2], scores[1::2]
     n = len(pairs)
@@ -197,7 +211,7 @@ def load_reward_base(config: RewardModelConfig, *, conversational: bool):
 
 
 def peft_config_for(config: RewardModelConfig):
-    from agentic_rl.train.grpo import peft_config_for as lora_config
+    from agentic_rl.train.grpo_trainer import peft_config_for as lora_config
 
     return lora_config(config, task_type="SEQ_CLS", modules_to_save=["score"])  # the score head trains in full
 
@@ -222,11 +236,10 @@ def trainer_arguments(config: RewardModelConfig, out: Path, report_to: list[str]
 
 def save_reward_model(model, tokenizer, path: Path) -> Path:
     """A plain sequence-classification directory (``AutoModelForSequenceClassification.from_pretrained`` loads it)."""
-    path.mkdir(parents=True, exist_ok=True)
+    from agentic_rl.models.loading import save_model_atomically
+
     model.config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
-    return path
+    return save_model_atomically(model, tokenizer, path)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -258,7 +271,8 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     stage_run.claim()
     metrics_logger = MetricsLogger(out, report, config=config_to_dict(config), resume=checkpoint is not None)
 
-    before = pairwise_accuracy(model.eval(), tokenizer, heldout_rows, batch_size=config.score_batch_size)
+    before = pairwise_accuracy(model.eval(), tokenizer, heldout_rows, batch_size=config.score_batch_size,
+                               max_length=config.max_length)
     model.train()
     health = HealthCallback()
     trainer = trl.RewardTrainer(model=model, args=trainer_arguments(config, out, ["none"]),  # via metrics_logger
@@ -281,11 +295,13 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     adapter_dir = None
     if isinstance(policy, PeftModel):
         adapter_dir = out / "adapter"
-        policy.save_pretrained(str(adapter_dir))
-        tokenizer.save_pretrained(str(adapter_dir))
+        from agentic_rl.models.loading import save_model_atomically
+
+        save_model_atomically(policy, tokenizer, adapter_dir)  # whole or not at all (a full disk: one line)
         policy = policy.merge_and_unload()
     model_dir = save_reward_model(policy, tokenizer, out / MODEL_FOLDER)
-    after = pairwise_accuracy(policy.eval(), tokenizer, heldout_rows, batch_size=config.score_batch_size)
+    after = pairwise_accuracy(policy.eval(), tokenizer, heldout_rows, batch_size=config.score_batch_size,
+                              max_length=config.max_length)
 
     history = trainer.state.log_history
     losses = [h["loss"] for h in history if "loss" in h]

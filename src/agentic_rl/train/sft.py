@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, check_retired_value, config_to_dict,
+from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, config_to_dict,
                                format_config, report_to_list, setting)
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
@@ -59,7 +59,6 @@ from agentic_rl.utils import (default_mixed_precision, has_gpu, log, set_seed, s
                               write_json)
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
-#: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
 #: SFT's training-set size on the synthetic task when max_train_samples is unset (GRPO's is another:
 #: :data:`agentic_rl.eval.validation.SYNTHETIC_TRAIN_ROWS_AFTER_CARVING`).
@@ -144,7 +143,6 @@ class SFTConfig(EnvironmentSettings):
     trust_remote_code: bool = setting(False, "allow custom model code from the Hub")
 
     def __post_init__(self):
-        check_retired_value("gradient_checkpointing", self.gradient_checkpointing)  # "auto" from Python
         if self.bf16 is None:
             self.bf16 = default_mixed_precision() and self.dtype in ("auto", "bfloat16", "bf16")
         self.report_to = report_to_list(self.report_to)
@@ -298,27 +296,6 @@ def length_sorted_steps(lengths: list[int], step_rows: int, generator) -> list[i
             for i in sorted(order[start:start + step_rows], key=lengths.__getitem__)]
 
 
-class LengthAwareSampler:
-    """A length-aware row order (``arrange(lengths, size, generator)``: :func:`length_bucketed_order` or
-    :func:`length_sorted_steps`) for the trainer's dataloader, reshuffled every epoch (``set_epoch``, called by the
-    trainer) from the run's seed, so that a resumed run sees the same order."""
-
-    def __init__(self, arrange, lengths: list[int], size: int, seed: int):
-        self.arrange, self.lengths, self.size, self.seed, self.epoch = arrange, lengths, size, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def __iter__(self):
-        import torch
-
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(self.arrange(self.lengths, self.size, generator))
-
-
 def build_environment_dataset(config: SFTConfig, env_factory, tokenizer):
     """Tokenized whole-episode demonstrations (``input_ids`` + ``labels``) for SFT in an environment, and the count
     of each kind.
@@ -459,8 +436,9 @@ def trainer_arguments(config: SFTConfig, out: Path, report_to: list[str], n_para
 
 
 def sft_trainer(config: SFTConfig, **kwargs):
-    """TRL's ``SFTTrainer`` (``kwargs`` as its own), drawing rows with :class:`LengthAwareSampler` when
-    ``micro_batches`` > 1 (each optimizer step's rows sorted by length) or ``group_by_length`` is set."""
+    """TRL's ``SFTTrainer`` (``kwargs`` as its own), drawing rows in a length-aware order
+    (:class:`~agentic_rl.train.sft_trainer.LengthAwareTrainer`) when ``micro_batches`` > 1 (each optimizer step's
+    rows sorted by length) or ``group_by_length`` is set."""
     import trl
 
     if config.micro_batches > 1:
@@ -472,12 +450,9 @@ def sft_trainer(config: SFTConfig, **kwargs):
     else:
         return trl.SFTTrainer(**kwargs)
 
-    class LengthAwareTrainer(trl.SFTTrainer):
-        def _get_train_sampler(self, train_dataset=None):
-            dataset = self.train_dataset if train_dataset is None else train_dataset
-            return LengthAwareSampler(arrange, [len(ids) for ids in dataset["input_ids"]], size, self.args.seed)
+    from agentic_rl.train.sft_trainer import LengthAwareTrainer
 
-    return LengthAwareTrainer(**kwargs)
+    return LengthAwareTrainer(**kwargs, arrange=arrange, rows_per_batch=size)
 
 
 def save_outputs(trainer, tokenizer, out: Path, *, full: bool, merge: bool) -> dict[str, str | None]:
@@ -490,8 +465,9 @@ def save_outputs(trainer, tokenizer, out: Path, *, full: bool, merge: bool) -> d
     paths: dict[str, str | None] = {"adapter_dir": None, "model_dir": None}
     if isinstance(model, PeftModel) and not full:
         adapter_dir = out / "adapter"
-        model.save_pretrained(adapter_dir)
-        tokenizer.save_pretrained(adapter_dir)
+        from agentic_rl.models.loading import save_model_atomically
+
+        save_model_atomically(model, tokenizer, adapter_dir)  # whole or not at all (a full disk: one line)
         if getattr(model, "agentic_rl_base", None):
             from agentic_rl.models.fingerprint import write_base_fingerprint
 

@@ -10,7 +10,7 @@ is wasted. TRL 1.16 has no remedy; these three options of the GRPO stage supply 
 * **Zero-variance filtering with refill** (every generation batch, DAPO's dynamic sampling): drop the groups whose
   rewards all tie and generate replacement prompts until the batch is full of groups with signal, at most
   ``refill_max_draws`` extra generation rounds; what is still missing then is filled with dropped groups, so the batch
-  shape never changes (:class:`SignalGRPOTrainer`).
+  shape never changes (:class:`agentic_rl.train.grpo_trainer.SignalGRPOTrainer`).
 * **SFT anchor**: ``sft_loss_weight`` x the demonstrations' token-level negative log-likelihood is added to the GRPO
   loss of every micro-step, to stop the policy drifting from what SFT taught.
 
@@ -21,7 +21,6 @@ left in the batch that trains), ``grpo/signal/sft_loss``.
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Any
 
@@ -124,7 +123,7 @@ def concat_batches(parts: list[dict[str, Any]], pad_token_id: int) -> dict[str, 
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The trainer
+# SFT anchor
 # ---------------------------------------------------------------------------------------------------------------
 
 def tokenize_demonstrations(tokenizer, sft_rows: list[dict[str, Any]], max_length: int) -> list[tuple[list[int], int]]:
@@ -143,117 +142,6 @@ def tokenize_demonstrations(tokenizer, sft_rows: list[dict[str, Any]], max_lengt
     return out
 
 
-def make_signal_trainer_class():
-    """``SignalGRPOTrainer``: TRL's ``GRPOTrainer`` plus refill, the SFT anchor and length-sorted log-prob passes
-    (built lazily: TRL is heavy)."""
-    import torch
-    from trl import GRPOTrainer
-
-    from agentic_rl.train.logprobs import LengthSortedScoring
-
-    class SignalGRPOTrainer(LengthSortedScoring, GRPOTrainer):
-        """GRPOTrainer with zero-variance group refill and an optional SFT anchor loss (see the module docstring).
-
-        ``refill_max_draws``: extra generation rounds per batch (0 = off). ``sft_demonstrations``: tokenized
-        demonstrations from :func:`tokenize_demonstrations`; ``sft_loss_weight``: their weight (0 = off).
-        ``logprob_chunk_rows``: :class:`~agentic_rl.train.logprobs.LengthSortedScoring`'s (0 = TRL's passes).
-        """
-
-        def __init__(self, *args, refill_max_draws: int = 0, sft_loss_weight: float = 0.0,
-                     sft_demonstrations: list[tuple[list[int], int]] | None = None, seed: int = 0, **kwargs):
-            super().__init__(*args, **kwargs)
-            if refill_max_draws and self.accelerator.num_processes > 1:
-                raise ConfigError("refill_max_draws works on one process only (each process would draw a different "
-                                  "number of refills and the collective calls would hang); set it to 0 with "
-                                  "several processes")
-            if sft_loss_weight and not sft_demonstrations:
-                raise ConfigError("sft_loss_weight > 0 needs demonstrations (the training rows' reference "
-                                  "solutions), and none could be built")
-            self.refill_max_draws = refill_max_draws
-            self.sft_loss_weight = sft_loss_weight
-            self.sft_demonstrations = sft_demonstrations or []
-            self._refill_rng = random.Random(seed)
-            self._refill_order: list[int] = []
-            self._demo_rng = random.Random(seed + 1)
-
-        # --- where the time goes --------------------------------------------------------------------------------
-        def _generate(self, prompts):
-            """TRL's generation (its own, vLLM or a ``rollout_func``), timed: ``generation_time`` per batch, the
-            report's share of GRPO time spent generating."""
-            started = time.perf_counter()
-            output = super()._generate(prompts)
-            seconds = time.perf_counter() - started
-            self.generation_seconds = getattr(self, "generation_seconds", 0.0) + seconds
-            self._metrics["train" if self.model.training else "eval"]["generation_time"].append(seconds)
-            return output
-
-        # --- zero-variance groups -------------------------------------------------------------------------------
-        def _draw_prompts(self, n_prompts: int) -> list[dict[str, Any]]:
-            """``n_prompts`` training rows, each repeated ``num_generations`` times, as TRL's sampler lays them out."""
-            rows = []
-            for _ in range(n_prompts):
-                if not self._refill_order:
-                    self._refill_order = list(range(len(self.train_dataset)))
-                    self._refill_rng.shuffle(self._refill_order)
-                rows.append(self.train_dataset[self._refill_order.pop()])
-            return [dict(row) for row in rows for _ in range(self.num_generations)]
-
-        def _generate_and_score_completions(self, inputs):
-            batch = super()._generate_and_score_completions(inputs)
-            if not self.model.training or not self.refill_max_draws:
-                return batch
-            g = self.num_generations
-            n_groups = batch["advantages"].shape[0] // g
-            signal = group_has_signal(batch["advantages"], g)
-            kept = [select_groups(batch, signal.nonzero().flatten(), g)]
-            dropped = select_groups(batch, (~signal).nonzero().flatten(), g)
-            have, draws = int(signal.sum()), 0
-            self._metrics["train"]["signal/dropped_group_fraction"].append(1 - have / n_groups)
-            while have < n_groups and draws < self.refill_max_draws:
-                draws += 1
-                extra = super()._generate_and_score_completions(self._draw_prompts(n_groups - have))
-                extra_signal = group_has_signal(extra["advantages"], g).nonzero().flatten()
-                extra_signal = extra_signal[: n_groups - have]
-                if len(extra_signal):
-                    kept.append(select_groups(extra, extra_signal, g))
-                    have += len(extra_signal)
-            if have < n_groups:  # keep the batch shape: fill with groups that carry no signal
-                kept.append(select_groups(dropped, torch.arange(n_groups - have), g))
-            self._metrics["train"]["signal/refill_draws"].append(float(draws))
-            self._metrics["train"]["signal/final_zero_std_fraction"].append(1 - have / n_groups)
-            return concat_batches(kept, self._tokenizer.pad_token_id) if len(kept) > 1 else kept[0]
-
-        # --- SFT anchor -----------------------------------------------------------------------------------------
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            if not self.sft_loss_weight or not model.training:
-                return loss
-            sft = self._demonstration_loss(model, max(1, inputs["advantages"].shape[0] // self.num_generations))
-            self._metrics["train"]["signal/sft_loss"].append(sft.item())
-            # TRL divides its own loss by the accumulation steps (loss_is_scaled_for_ga): so must the anchor, or the
-            # weight would grow with gradient_accumulation_steps.
-            return loss + self.sft_loss_weight * sft / self.current_gradient_accumulation_steps
-
-        def _demonstration_loss(self, model, n: int):
-            """Mean token NLL of ``n`` random demonstrations' completions (the prompt tokens carry no loss)."""
-            chosen = [self.sft_demonstrations[self._demo_rng.randrange(len(self.sft_demonstrations))]
-                      for _ in range(n)]
-            width = max(len(ids) for ids, _ in chosen)
-            pad = self._tokenizer.pad_token_id
-            device = self.accelerator.device
-            input_ids = torch.full((n, width), pad, dtype=torch.long)
-            attention = torch.zeros((n, width), dtype=torch.long)
-            labels = torch.full((n, width), -100, dtype=torch.long)
-            for row, (ids, n_prompt) in enumerate(chosen):
-                input_ids[row, :len(ids)] = torch.tensor(ids)
-                attention[row, :len(ids)] = 1
-                labels[row, n_prompt:len(ids)] = torch.tensor(ids[n_prompt:])
-            out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device))
-            return out.loss
-
-    return SignalGRPOTrainer
-
-
 def select_groups(batch: dict[str, Any], groups, num_generations: int) -> dict[str, Any]:
     """The generation batch restricted to whole groups (indices of groups, each ``num_generations`` rows)."""
     import torch
@@ -261,6 +149,43 @@ def select_groups(batch: dict[str, Any], groups, num_generations: int) -> dict[s
     groups = torch.as_tensor(groups, dtype=torch.long).flatten()
     rows = (groups.unsqueeze(1) * num_generations + torch.arange(num_generations)).flatten()
     return select_rows(batch, rows)
+
+
+def select_training_prompts(model, tokenizer, train, config):
+    """Difficulty selection: the training prompts whose pass rate, estimated from ``select_samples`` samples of the
+    starting policy at the training temperature, lies in the band; returns ``(dataset, record)`` where the record
+    (written to ``difficulty.json``) holds the band, the counts and the histogram of estimated pass rates."""
+    import datasets
+
+    started = time.time()
+    rows = train.to_list()[: config.select_candidates or None]
+    low, high = config.select_pass_rate_low, config.select_pass_rate_high
+    rates = estimate_pass_rates(model, tokenizer, rows, samples=config.select_samples, temperature=config.temperature,
+                                max_new_tokens=config.max_completion_length, seed=config.seed)
+    kept = select_by_pass_rate(rows, rates, low, high)
+    log_selection(rates, len(kept), config.select_samples, low, high)
+    histogram = pass_rate_histogram(rates, config.select_samples)
+    if not kept:
+        raise ConfigError(f"difficulty selection kept none of {len(rows)} prompts (correct samples per prompt: "
+                          f"{histogram}); widen select_pass_rate_low/high, raise select_candidates or "
+                          "select_samples, or set select_samples: 0")
+    record = {"candidates": len(rows), "kept": len(kept), "band": [low, high], "samples": config.select_samples,
+              "histogram": histogram, "seconds": round(time.time() - started, 1)}
+    return datasets.Dataset.from_list(kept), record
+
+
+def demonstrations_for(train, tokenizer, config) -> list[tuple[list[int], int]]:
+    """The training prompts' reference solutions as SFT demonstrations (steps first, then ``Final Answer: N``),
+    tokenized for the SFT anchor loss."""
+    from agentic_rl.data.custom import parse_answer_text
+    from agentic_rl.data.formats import completion_message, format_solution
+
+    rows = []
+    for row in train:
+        steps, _ = parse_answer_text(str(row.get("full_answer") or ""))
+        rows.append({"prompt": row["prompt"],
+                     "completion": completion_message(format_solution(steps, str(row["ground_truth"])))})
+    return tokenize_demonstrations(tokenizer, rows, max_length=1024)
 
 
 def check_signal_settings(refill_max_draws: int, select_low: float, select_high: float) -> None:

@@ -1,18 +1,19 @@
-"""``rl_training``: the training stages as one tool an agent framework can call.
+"""``rl_training``: the training stages as one tool an agent framework can call (hello-agents' ``Tool``).
 
     tool = RLTrainingTool(workspace="runs/agent")
-    tool.run({"action": "load_dataset", "source": "synthetic", "split": "train", "name": "arith"})
+    tool.run({"action": "load_dataset", "dataset": "synthetic", "split": "train", "name": "arith"})
     tool.run({"action": "create_reward", "rewards": ["accuracy:1.0", "format:0.2", "length(alpha=0.002):0.5"],
               "name": "mix"})
-    tool.run({"action": "train", "algorithm": "sft", "model": "runs/base", "dataset": "arith", "learning_rate": 2e-4,
-              "lora_r": 16, "max_steps": 200})
+    tool.run({"action": "train", "algorithm": "sft", "model": "Qwen/Qwen3-0.6B", "dataset": "arith",
+              "learning_rate": 2e-4, "lora_r": 16, "max_steps": 200})
     tool.run({"action": "train", "algorithm": "grpo", "model": "sft_1", "dataset": "arith", "rewards": "mix",
-              "beta": 0.04, "num_generations": 8})
+              "beta": 0.04, "num_generations": 8, "max_steps": 100})
     tool.run({"action": "evaluate", "model": "grpo_2", "dataset": "arith", "max_samples": 200})
     tool.run({"action": "status"})
 
 Every call returns a JSON string: the action's result, or ``{"error": "..."}`` (unknown action, unknown or mistyped
-key, missing file, ...) — the tool never raises into the agent loop.
+key, missing file, ...) — the tool never raises into the agent loop. ``tool.register(registry)`` registers it in a
+hello-agents ``ToolRegistry`` (the same as ``registry.register_tool(tool)``).
 
 Actions and their parameters (besides ``action``):
 
@@ -23,10 +24,19 @@ Actions and their parameters (besides ``action``):
   :func:`agentic_rl.config.config_from_dict`, so an unknown key is an error naming it (with a suggestion), and the
   stage's own ``run(config)`` trains. ``model`` and ``dataset`` may name an earlier run / loaded dataset; ``rewards``
   may name a reward created with ``create_reward`` (or list specs and names). The run directory defaults to
-  ``<workspace>/runs/<name>``; its ``config.yaml`` holds every resolved setting.
-* ``load_dataset`` — ``source`` and ``split`` plus any keyword of :func:`agentic_rl.data.custom.load_task_dataset`
-  (column mapping, ``max_samples``, ``seed``, synthetic knobs) and optional ``name``. The canonical rows are saved
-  as ``<workspace>/datasets/<name>/<split>.jsonl`` so later ``train`` / ``evaluate`` calls read exactly them.
+  ``<workspace>/runs/<name>``; a relative ``output_dir`` is a folder inside the workspace (an absolute one is used
+  as given); its ``config.yaml`` holds every resolved setting. GRPO on a dataset the tool holds, with the size of
+  the held-out slice (``eval_samples``) left to the preset, holds out at most a fifth of the rows for its periodic
+  checks, and none when that is fewer than 8 problems (a small dataset trains on every row) unless ``heldout_every``
+  asks for the checks (then at least one); one line says which.
+* ``load_dataset`` — ``dataset`` (also called ``source``: synthetic, gsm8k, a hub id, a file or folder,
+  ``module:function``, or a dataset loaded before, whose source and options are then reused for another split),
+  ``split``, any keyword of :func:`agentic_rl.data.custom.load_task_dataset` (column mapping, ``max_samples``,
+  ``seed``, synthetic knobs) and optional ``name``. The canonical rows are saved as
+  ``<workspace>/datasets/<name>/<split>.jsonl`` so later ``train`` / ``evaluate`` calls read exactly them; a split
+  they ask for that was not loaded yet is loaded from the same source (``evaluate`` on the test split of a dataset
+  loaded for training); rows handed over with ``register_dataset`` are one split, which ``evaluate`` reads unless
+  another is asked for.
 * ``create_reward`` — ``rewards`` (a spec or a list: ``"accuracy:1.0"``, ``"length(alpha=0.01):0.5"``,
   ``"my_pkg.rewards:brevity:0.3"``), optional ``name``; built once with :func:`agentic_rl.rewards.build_rewards` to
   check it. Optional ``completions`` (+ ``ground_truth``) scores sample texts with each component.
@@ -36,22 +46,31 @@ Actions and their parameters (besides ``action``):
 * ``status`` — runs so far (algorithm, model directory, resolved key settings, metrics), datasets and rewards;
   ``name`` shows one run.
 
-**The book's names work as is.** A call written for hello-agents' own ``rl_training`` tool (Hello-Agents chapter 11)
-runs unchanged: ``model_name``, ``num_epochs``, ``use_lora``, ``batch_size``, ``max_samples``, ``output_dir``,
-``dataset``, ``custom_dataset``, ``custom_reward``, ``use_wandb``, ``use_tensorboard``, ``wandb_project`` for
-``train``; ``format``, ``split``, ``max_samples``, ``model_name`` for ``load_dataset``; ``reward_type``,
-``penalty_weight``, ``max_length``, ``step_bonus`` for ``create_reward``; ``model_path``, ``max_samples`` for
-``evaluate``; and the methods :meth:`RLTrainingTool.register_dataset` / :meth:`RLTrainingTool.register_reward_function`.
-A call that uses one of the book's own keys gets the book's defaults for the keys it leaves out (``action`` train,
-``algorithm`` sft, ``dataset`` gsm8k, 3 epochs, batch size 4, LoRA, TensorBoard; the accuracy reward for GRPO;
-100 GSM8K test problems and 128 new tokens for ``evaluate``), except ``output_dir``, which stays in the workspace.
-Each book key maps onto one of our settings (:data:`BOOK_KEYS` says which); giving both spellings of one setting is
-an error, and so is a key neither API knows. Every result has ``status`` (``success`` or ``error``); an error also
-has ``error`` and the book's ``message`` (the same text).
+**The book's calls work as the Hello-Agents book writes them.** A call written for hello-agents' own ``rl_training``
+tool runs unchanged: ``model_name``, ``num_epochs``, ``use_lora``, ``batch_size``, ``max_samples``, ``output_dir``,
+``dataset``, ``custom_dataset``, ``custom_reward``, ``use_wandb``, ``use_tensorboard``, ``wandb_project``,
+``lora_rank``, ``kl_coef``, ``clip_range``, ``max_new_tokens``, ``reward_type`` / ``reward_config`` and ``eval_steps``
+for ``train``; ``format``, ``split``, ``max_samples``, ``model_name`` for ``load_dataset``; ``reward_type``,
+``penalty_weight``, ``max_length``, ``step_bonus`` for ``create_reward``; ``model_path``, ``max_samples``, ``use_lora``,
+``metrics``, ``k``, ``return_details`` for ``evaluate``; the methods :meth:`RLTrainingTool.register_dataset` /
+:meth:`RLTrainingTool.register_reward_function`; and the book's helper functions :func:`train_with_sft`,
+:func:`train_with_grpo`, :func:`load_dataset`, :func:`create_reward_function` and :func:`evaluate_model`. A call without
+``action`` is a ``train`` call, as in the book. A call that uses one of the book's own keys (or trains on a dataset
+handed over with ``register_dataset``) gets the book's defaults for the keys it leaves out (``algorithm`` sft,
+``model_name`` Qwen/Qwen2-0.5B-Instruct, ``dataset`` gsm8k, 3 epochs, batch size 4, LoRA, TensorBoard; for GRPO the
+reward registered under the dataset's name, else accuracy; 100 GSM8K test problems and 128 new tokens for ``evaluate``),
+except ``output_dir``: the book's ``"./output"`` would leave the workspace, so the run directory stays there. The book
+names a trained model by the ``output_dir`` it gave, so ``model_path`` / ``model_name`` equal to an earlier run's
+``output_dir`` is that run's model; a train result also has the book's ``model_path``, ``num_samples``, ``final_loss``
+(and ``average_reward`` for GRPO), an evaluate result its ``accuracy``, ``average_reward``, ``average_length``,
+``average_steps``, ``format_correctness``, ``accuracy_at_k``, ``details`` and ``errors``. Each book key maps onto one of
+our settings (:data:`BOOK_KEYS` says which); giving both spellings of one setting is an error, and so is a key neither
+API knows. Every result has ``status`` (``success`` or ``error``); an error also has ``error`` and the book's
+``message`` (the same text).
 
 Numbers in results are numbers (0.57, not "57.00%"). When the ``hello-agents`` package is installed the class
-subclasses its ``Tool`` base, so ``ToolRegistry().register_tool(RLTrainingTool())`` works; its registry passes
-``{"input": "<text>"}``, which is read as a JSON object of the parameters above.
+subclasses its ``Tool`` base; its registry passes ``{"input": "<text>"}``, which is read as a JSON object of the
+parameters above, and its agents' ``key=value`` calls (numbers and true/false as text) are read too.
 """
 
 from __future__ import annotations
@@ -90,27 +109,39 @@ BOOK_KEYS: dict[str, dict[str, str]] = {
               "output_dir": "output_dir", "dataset": "dataset",
               "custom_dataset": "dataset (registered first)", "custom_reward": "rewards (registered first)",
               "use_wandb": "report_to", "use_tensorboard": "report_to",
-              "wandb_project": "WANDB_PROJECT during the run"},
+              "wandb_project": "WANDB_PROJECT during the run", "lora_rank": "lora_r",
+              "kl_coef": "beta (grpo)", "clip_range": "epsilon (grpo)",
+              "max_new_tokens": "max_completion_length (grpo)",
+              "reward_type": "rewards (grpo), as create_reward builds them",
+              "reward_config": "reward_type 'combined': the weighted sum of its components",
+              "eval_steps": "heldout_every (grpo); sft evaluates no validation slice in between, as in the book"},
     "load_dataset": {"format": "the example's row format (sft/rl)", "split": "split", "max_samples": "max_samples",
                      "model_name": "renders the rl example with this tokenizer's chat template"},
     "create_reward": {"reward_type": "rewards", "penalty_weight": "length(alpha=penalty_weight/max_length)",
                       "max_length": "length(target_length=max_length)", "step_bonus": "step(beta=step_bonus)"},
-    "evaluate": {"model_path": "model", "max_samples": "eval_samples"},
+    "evaluate": {"model_path": "model", "max_samples": "eval_samples",
+                 "use_lora": "read from the model directory (an adapter loads with its base model)",
+                 "metrics": "the metrics the result must hold (it holds all of them)",
+                 "k": "num_samples = k (sampled at temperature 0.7 unless given), accuracy_at_k = pass@k",
+                 "return_details": "the result's details (every completion) and errors (the wrong ones)"},
 }
 #: Keys only the book uses: one of them in a call turns on the book's defaults for that action.
 BOOK_ONLY = {"train": {"model_name", "num_epochs", "use_lora", "custom_dataset", "custom_reward", "use_wandb",
-                       "use_tensorboard", "wandb_project"},
+                       "use_tensorboard", "wandb_project", "lora_rank", "kl_coef", "clip_range", "max_new_tokens",
+                       "reward_type", "reward_config", "eval_steps"},
              "load_dataset": {"format", "model_name"},
              "create_reward": {"reward_type", "penalty_weight", "max_length", "step_bonus"},
-             "evaluate": {"model_path"}}
-BOOK_DEFAULTS = {"train": {"algorithm": "sft", "dataset": "gsm8k", "num_epochs": 3, "use_lora": True, "batch_size": 4,
-                           "use_wandb": False, "use_tensorboard": True},
+             "evaluate": {"model_path", "use_lora", "metrics", "k", "return_details"}}
+BOOK_DEFAULTS = {"train": {"algorithm": "sft", "model_name": "Qwen/Qwen2-0.5B-Instruct", "dataset": "gsm8k",
+                           "num_epochs": 3, "use_lora": True, "batch_size": 4, "use_wandb": False,
+                           "use_tensorboard": True},
                  "load_dataset": {"format": "sft", "split": "train", "max_samples": 100, "source": "gsm8k"},
                  "create_reward": {"reward_type": "accuracy", "penalty_weight": 0.001, "max_length": 1024,
                                    "step_bonus": 0.1},
                  "evaluate": {"eval_samples": 100, "dataset": "gsm8k", "split": "test", "max_new_tokens": 128}}
 #: Rewards handed over as Python callables (``custom_reward``, ``register_reward_function``): reachable as
-#: ``agentic_rl.tools.rl_training:IN_PROCESS_REWARDS.<key>`` specs, so the stages load them like any user reward.
+#: ``agentic_rl.integrations.hello_agents:IN_PROCESS_REWARDS.<key>`` specs, so the stages load them like any user
+#: reward.
 IN_PROCESS_REWARDS = types.SimpleNamespace()
 #: The tool's ``algorithm`` -> the stage that trains it. The key shadows ``GRPOConfig.algorithm``, so the GRPO stage's
 #: own policy updates are offered here by name and passed on as that field.
@@ -119,6 +150,13 @@ DATASET_OPTIONS = ("source", "split", "question_field", "answer_field", "prompt_
                    "ground_truth_field", "max_samples", "seed", "numeric_ground_truth", "keep_annotations",
                    "hub_config", "synthetic_train_size", "synthetic_test_size", "kind", "min_steps", "max_steps",
                    "max_operand", "max_factor", "max_answer", "ops", "digits")
+#: A GRPO run on a dataset the tool holds (registered, loaded, or a ``custom_dataset``) whose held-out settings the
+#: call leaves to the preset holds out at most this fraction of the rows for its periodic checks ...
+HELDOUT_FRACTION = 0.2
+#: ... and none when that would be fewer problems than this (a held-out accuracy on fewer says little).
+MIN_HELDOUT = 8
+NUMERIC_DATASET_OPTIONS = {"max_samples", "seed", "synthetic_train_size", "synthetic_test_size", "min_steps",
+                           "max_steps", "max_operand", "max_factor", "max_answer", "digits"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 DESCRIPTION = (
@@ -209,8 +247,21 @@ def _pop_renamed(params: dict[str, Any], book_key: str, our_key: str) -> None:
 
 def _flag(params: dict[str, Any], key: str, default: bool) -> bool:
     value = params.pop(key, default)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # an agent's key=value text
+        return value.strip().lower() == "true"
     if not isinstance(value, bool):
         raise ConfigError(f"'{key}' must be true or false, got {value!r}")
+    return value
+
+
+def _number(value: Any) -> Any:
+    """A number given as text (an agent's ``num_epochs=2``) as that number; anything else unchanged."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return int(number) if number.is_integer() else number
     return value
 
 
@@ -261,7 +312,7 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
                 if isinstance(params.get(key), str):
                     params[key] = params[key].lower()
             action = action.lower() if isinstance(action, str) else action
-            if action is None and params.keys() & BOOK_ONLY["train"]:
+            if action is None and params:
                 action = "train"  # the book's default action
             if action is None:
                 raise ConfigError(f"'action' is required: one of {', '.join(ACTIONS)}")
@@ -277,6 +328,20 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             warn(f"rl_training {action}: {traceback.format_exc()}")
             message = f"{type(exc).__name__}: {exc}"
             return json.dumps({"status": "error", "error": message, "message": message, "action": action})
+
+    def register(self, registry: Any = None) -> RLTrainingTool:
+        """Register this tool in a hello-agents ``ToolRegistry`` (its global registry by default) and return it:
+        ``RLTrainingTool(workspace).register(registry)`` is ``registry.register_tool(tool)``."""
+        if registry is None:
+            if not HELLO_AGENTS:
+                raise ConfigError("hello-agents is not installed (pip install 'agentic-rl[hello-agents]'); give the "
+                                  "registry to register in")
+            from hello_agents.tools.registry import global_registry as registry
+        if not callable(getattr(registry, "register_tool", None)):
+            raise ConfigError(f"cannot register rl_training in a {type(registry).__name__}: a registry needs "
+                              "register_tool(tool), as hello-agents' ToolRegistry has")
+        registry.register_tool(self)
+        return self
 
     # -----------------------------------------------------------------------------------------------------------
     # The book's registration methods
@@ -363,12 +428,27 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             "wandb_project": ("string", "train: Weights & Biases project (book)"),
             "custom_reward": ("string", "train (grpo): a reward registered with register_reward_function (book)"),
             "format": ("string", "load_dataset: show the rows as sft or rl rows (book)"),
-            "reward_type": ("string", "create_reward: accuracy, length_penalty or step (book)"),
+            "reward_type": ("string", "create_reward, train (grpo): accuracy, length_penalty or step; train also "
+                                      "combined (book)"),
+            "reward_config": ("object", "train (grpo): the reward_type's parameters; for combined, 'components': "
+                                        "[{'type': ..., 'weight': ...}, ...] (book)"),
+            "lora_rank": ("integer", "train: LoRA rank (the book's name for 'lora_r')"),
+            "metrics": ("array", "evaluate: metrics the result must hold: accuracy, accuracy_at_k, average_length, "
+                                 "average_steps, format_correctness, average_reward (book)"),
+            "k": ("integer", "evaluate: answers sampled per problem for accuracy_at_k (book)"),
+            "return_details": ("boolean", "evaluate: also return every completion (details) and the wrong ones "
+                                          "(errors) (book)"),
+            "kl_coef": ("number", "train (grpo): KL coefficient (the book's name for 'beta')"),
+            "clip_range": ("number", "train (grpo): clipping range (the book's name for 'epsilon')"),
+            "eval_steps": ("integer", "train (grpo): held-out checks every N steps (the book's name for "
+                                      "'heldout_every')"),
             "penalty_weight": ("number", "create_reward (length_penalty): penalty weight (book; default 0.001)"),
             "max_length": ("integer", "create_reward (length_penalty): length in characters beyond which the "
                                       "penalty starts (book; default 1024); train (sft): token limit"),
             "step_bonus": ("number", "create_reward (step): bonus per reasoning step (book; default 0.1)"),
             "model_path": ("string", "evaluate: the model to evaluate (the book's name for 'model')"),
+            "max_samples": ("integer", "load_dataset: rows to draw; train: at most this many training rows (book); "
+                                       "evaluate: problems to evaluate on (book)"),
         }
         for algorithm in ("sft", "grpo", "evaluate"):
             try:
@@ -415,19 +495,95 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         return f"{prefix}_{n}"
 
     def _model_path(self, model: Any) -> Any:
-        """An earlier run's name -> its model directory; anything else unchanged."""
-        if isinstance(model, str) and model in self.runs:
-            path = self.runs[model].get("model_dir")
-            if not path:
-                raise ConfigError(f"run {model!r} has no model (it is an evaluation or did not finish)")
-            return path
-        return model
+        """An earlier run's name, or the ``output_dir`` it was given (the book names a trained model by it) -> its
+        model directory; a relative path that exists inside the workspace -> that path; anything else unchanged."""
+        if not isinstance(model, str):
+            return model
+        if model not in self.runs:
+            path = Path(model).expanduser()
+            if not path.is_absolute() and (self.workspace / path).exists():
+                path = self.workspace / path
+            if not path.exists():
+                return model  # a hub id, or a path the stage reports as missing
+            given = next((name for name, run in self.runs.items() if run.get("kind") == "train"
+                          and run.get("output_dir") and Path(run["output_dir"]).resolve() == path.resolve()), None)
+            if given is None:
+                return str(path)
+            model = given
+        path = self.runs[model].get("model_dir")
+        if not path:
+            raise ConfigError(f"run {model!r} has no model (it is an evaluation or did not finish)")
+        return path
 
-    def _dataset_source(self, params: dict[str, Any]) -> None:
-        """A dataset name from load_dataset -> its folder (custom column names were already mapped there)."""
+    def _output_dir(self, params: dict[str, Any], default: Path) -> None:
+        """``output_dir`` as the stage gets it: ``default`` when not given; a relative path (the book's
+        ``"./output/sft"``) is a folder inside the workspace, never beside it; an absolute path is used as given."""
+        value = params.get("output_dir")
+        if value is None:
+            params["output_dir"] = str(default)
+            return
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"'output_dir' must be a folder name, got {value!r}")
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            inside = (self.workspace / path).resolve()
+            if not inside.is_relative_to(self.workspace.resolve()):
+                raise ConfigError(f"output_dir {value!r} leaves the workspace {self.workspace}; give a folder inside "
+                                  f"it or an absolute path")
+            path = self.workspace / path
+        params["output_dir"] = str(path)
+
+    def _dataset_source(self, params: dict[str, Any]) -> str | None:
+        """A dataset name from load_dataset -> its folder (custom column names were already mapped there). Returns
+        the name (None: ``dataset`` is no dataset of the tool)."""
         name = params.get("dataset")
-        if isinstance(name, str) and name in self.datasets:
-            params["dataset"] = self.datasets[name]["path"]
+        if not (isinstance(name, str) and name in self.datasets):
+            return None
+        params["dataset"] = self.datasets[name]["path"]
+        return name
+
+    def _ensure_split(self, name: str | None, split: str) -> None:
+        """Make the tool's dataset ``name`` hold ``split``: a split not loaded yet comes from the same source with
+        the same options (``evaluate`` on the ``test`` split of a dataset loaded for training). Rows handed over in
+        memory have no other split."""
+        if name is None or split in self.datasets[name]["splits"]:
+            return
+        entry = self.datasets[name]
+        if entry["source"] in ("registered", "custom_dataset"):
+            held = next(iter(entry["splits"]))
+            raise ConfigError(f"dataset {name!r} holds only the rows handed to it (split '{held}'): give split "
+                              f"'{held}', or load a '{split}' split under this name with load_dataset")
+        from agentic_rl.data.custom import load_task_dataset
+        from agentic_rl.utils import log
+
+        options = {k: v for k, v in entry.get("options", {}).items() if k not in ("max_samples", "seed")}
+        rows = load_task_dataset(entry["source"], split, **options).to_list()
+        self._store_dataset(name, split, rows, source=entry["source"], options=entry.get("options", {}))
+        log(f"rl_training: loaded the {split} split of dataset '{name}' ({len(rows)} rows of {entry['source']})")
+
+    def _fit_heldout(self, config: Any, rows: int, checks_asked: bool) -> dict[str, Any]:
+        """GRPO's held-out slice for a training split of ``rows`` rows when the call left its size to the preset: at
+        most :data:`HELDOUT_FRACTION` of the rows, and none (no periodic checks) when that is fewer than
+        :data:`MIN_HELDOUT` problems, unless the call asked for the checks (``heldout_every``): then at least one.
+        Returns the settings to change (empty: the preset's slice fits)."""
+        carved = (config.eval_samples and config.heldout_every and config.heldout_split == config.split
+                  and config.heldout_dataset in (None, config.dataset))
+        if not carved:
+            return {}
+        fitted = min(config.eval_samples, int(rows * HELDOUT_FRACTION))
+        if fitted == config.eval_samples:
+            return {}
+        from agentic_rl.utils import log
+
+        if checks_asked:
+            fitted = max(1, fitted)
+        elif fitted < MIN_HELDOUT:
+            log(f"rl_training: the dataset has {rows} rows, too few to hold some out: no periodic held-out checks "
+                f"(give eval_samples and heldout_every to choose)")
+            return {"eval_samples": 0, "heldout_every": 0}
+        log(f"rl_training: the dataset has {rows} rows: {fitted} held out for the periodic checks (eval_samples), "
+            f"{rows - fitted} to train on")
+        return {"eval_samples": fitted}
 
     def _store_dataset(self, name: str, split: str, rows: list[dict[str, Any]], *, source: str,
                        options: dict[str, Any]) -> dict[str, Any]:
@@ -466,7 +622,9 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         from agentic_rl.config import config_from_dict, config_to_dict
         from agentic_rl.utils import world_size
 
-        book = bool(params.keys() & BOOK_ONLY["train"])
+        registered = self.datasets.get(params.get("dataset")) if isinstance(params.get("dataset"), str) else None
+        # the book's keys, or a dataset handed over with the book's register_dataset: the book's rules and defaults
+        book = bool(params.keys() & BOOK_ONLY["train"]) or bool(registered and registered["source"] == "registered")
         if book:
             params.setdefault("algorithm", BOOK_DEFAULTS["train"]["algorithm"])
         algorithm = params.pop("algorithm", None)
@@ -491,14 +649,22 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             params["rewards"] = self._reward_specs(params["rewards"])
         if "model" in params:
             params["model"] = self._model_path(params["model"])
-        self._dataset_source(params)
+        dataset_name = self._dataset_source(params)
         if stage == "grpo":  # the GRPO stage's own algorithm field: grpo or rloo
             params["algorithm"] = algorithm
-        params.setdefault("output_dir", str(self.workspace / "runs" / name))
+        self._output_dir(params, self.workspace / "runs" / name)
         where = f"rl_training train ({algorithm})"
         config = config_from_dict(cls, params, from_string=True, where=where)
+        if stage == "grpo" and "eval_samples" not in params:
+            rows = len(custom_rows) if custom_rows is not None else (
+                self.datasets[dataset_name]["splits"].get(config.split, {}).get("num_rows") if dataset_name else None)
+            fitted = self._fit_heldout(config, rows, "heldout_every" in params) if rows is not None else {}
+            if fitted:
+                params.update(fitted)
+                config = config_from_dict(cls, params, from_string=True, where=where)
 
-        # Side effects only now that the settings are valid: the custom dataset's file, then the data-sized steps.
+        # Side effects only now that the settings are valid: the dataset's files, then the data-sized steps.
+        self._ensure_split(dataset_name, config.split)
         if custom_rows is not None:
             self._store_dataset(book_info["custom_dataset"], "train", custom_rows, source="custom_dataset", options={})
         num_epochs = book_info.get("num_epochs")
@@ -542,7 +708,13 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             rows = book_info.get("dataset_size", (result.get("metrics") or {}).get("train_rows"))
             epochs = num_epochs if num_epochs is not None else getattr(config, "epochs", None)
             named = {k: v for k, v in book_info.items() if k in ("custom_dataset", "custom_reward", "wandb_project")}
-            out.update(model=config.model, num_epochs=epochs, dataset_size=rows, **named)
+            last = record["metrics"].get("last_logged", {})
+            loss = next((last[k] for k in ("train/loss", "loss", "train_loss") if k in last),
+                        record["metrics"].get("final_loss"))
+            out.update(model=config.model, num_epochs=epochs, dataset_size=rows, num_samples=rows,
+                       model_path=record["model_dir"], final_loss=loss, **named)
+            if stage == "grpo":
+                out["average_reward"] = last.get("grpo/reward")
         return out
 
     def _book_train(self, algorithm: str, params: dict[str, Any]) -> tuple[list | None, dict[str, Any]]:
@@ -552,6 +724,25 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         defaults = BOOK_DEFAULTS["train"]
         info: dict[str, Any] = {}
         _pop_renamed(params, "model_name", "model")
+        params.setdefault("model", defaults["model_name"])
+        _pop_renamed(params, "lora_rank", "lora_r")
+        grpo_only = {"kl_coef": "beta", "clip_range": "epsilon", "max_new_tokens": "max_completion_length"}
+        for book_key, our_key in grpo_only.items():
+            if book_key in params:
+                if algorithm == "sft":
+                    raise ConfigError(f"'{book_key}' belongs to algorithm grpo ({our_key})")
+                _pop_renamed(params, book_key, our_key)
+        eval_steps = params.pop("eval_steps", None)
+        if eval_steps is not None and algorithm != "sft":  # SFT: no validation slice in between, as in the book
+            params.setdefault("heldout_every", eval_steps)
+        reward_type, reward_config = params.pop("reward_type", None), params.pop("reward_config", None)
+        if reward_type is not None or reward_config is not None:
+            if algorithm == "sft":
+                raise ConfigError("'reward_type' belongs to algorithm grpo: sft learns from demonstrations, without a "
+                                  "reward")
+            if params.keys() & {"rewards", "reward", "custom_reward"}:
+                raise ConfigError("give 'reward_type' (the book's way) or 'rewards' / 'custom_reward', not both")
+            params["rewards"] = _book_train_rewards(reward_type, reward_config)
 
         rows = None
         custom = params.pop("custom_dataset", None)
@@ -585,11 +776,12 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             same_name = isinstance(dataset, str) and self.rewards.get(dataset, {}).get("registered")
             params["rewards"] = dataset if same_name else ["accuracy:1.0"]
 
-        num_epochs = params.pop("num_epochs", None)
+        num_epochs = _number(params.pop("num_epochs", None))
         if num_epochs is None and "epochs" not in params and "max_steps" not in params:
             num_epochs = defaults["num_epochs"]
         if num_epochs is not None:
-            if isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, float)) or num_epochs <= 0:
+            if (isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, float)) or num_epochs <= 0
+                    or not math.isfinite(num_epochs)):
                 raise ConfigError(f"'num_epochs' must be a positive number, got {num_epochs!r}")
             clash = [k for k in ("epochs", "max_steps") if k in params]
             if clash:
@@ -625,13 +817,32 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
 
         name_given = params.pop("name", None)
         book = bool(params.keys() & BOOK_ONLY["load_dataset"])
-        unknown = [k for k in params if k not in DATASET_OPTIONS and k not in BOOK_KEYS["load_dataset"]]
+        unknown = [k for k in params if k not in DATASET_OPTIONS and k not in BOOK_KEYS["load_dataset"]
+                   and k != "dataset"]
         if unknown:
-            raise ConfigError(f"unknown load_dataset key '{unknown[0]}'; keys are name, {', '.join(DATASET_OPTIONS)} "
-                              f"and the book's {', '.join(BOOK_KEYS['load_dataset'])}")
+            raise ConfigError(f"unknown load_dataset key '{unknown[0]}'; keys are name, dataset, "
+                              f"{', '.join(DATASET_OPTIONS)} and the book's {', '.join(BOOK_KEYS['load_dataset'])}")
+        if "dataset" in params:  # train's and evaluate's name for the same thing
+            if "source" in params:
+                raise ConfigError("give 'dataset' or 'source' (two names of one setting), not both")
+            params["source"] = params.pop("dataset")
+        source_given = params.get("source")
+        held = self.datasets.get(source_given) if isinstance(source_given, str) else None
+        if held is not None:  # a dataset of the tool: another split of its source, with its options, under its name
+            if held["source"] in ("registered", "custom_dataset"):
+                raise ConfigError(f"dataset {held['name']!r} holds only the rows handed to it; load_dataset reads a "
+                                  f"source (synthetic, gsm8k, a hub id, a file or folder)")
+            if name_given not in (None, held["name"]):
+                raise ConfigError(f"dataset {held['name']!r} is loaded under its own name; leave out name "
+                                  f"{name_given!r} or give its source")
+            name_given = held["name"]
+            options = {k: v for k, v in held.get("options", {}).items() if k not in ("max_samples", "seed")}
+            params = {**options, **params, "source": held["source"]}
         if book:
             for key, value in BOOK_DEFAULTS["load_dataset"].items():
                 params.setdefault(key, value)
+        for key in NUMERIC_DATASET_OPTIONS & params.keys():  # an agent's key=value text
+            params[key] = _number(params[key])
         row_format = params.pop("format", None)
         tokenizer_name = params.pop("model_name", None)
         if row_format not in (None, "sft", "rl"):
@@ -707,9 +918,13 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
         from agentic_rl.eval.evaluate import run as run_eval
 
         name = self._new_name(params.pop("name", None), "eval", self.runs)
-        book = "model_path" in params
+        book = bool(params.keys() & BOOK_ONLY["evaluate"])
         _pop_renamed(params, "max_samples", "eval_samples")
+        details, k, split_given = False, None, "split" in params
         if book:
+            _flag(params, "use_lora", True)  # whether the model is an adapter is read from its directory
+            details = _flag(params, "return_details", False)
+            k = _book_eval_k(params)
             _pop_renamed(params, "model_path", "model")
             for key, value in BOOK_DEFAULTS["evaluate"].items():
                 params.setdefault(key, value)
@@ -729,9 +944,17 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
             params["rewards"] = params.pop("reward")
         if "rewards" in params:
             params["rewards"] = self._reward_specs(params["rewards"])
-        self._dataset_source(params)
-        params.setdefault("output_dir", str(self.workspace / "evals" / name))
+        dataset_name = self._dataset_source(params)
+        handed = self.datasets[dataset_name] if dataset_name else None
+        if handed and handed["source"] in ("registered", "custom_dataset") and not split_given:
+            params["split"] = next(iter(handed["splits"]))  # rows handed over have one split: those rows
+            from agentic_rl.utils import log
+
+            log(f"rl_training: evaluating on the rows handed over as dataset '{dataset_name}' (its "
+                f"{params['split']} split)")
+        self._output_dir(params, self.workspace / "evals" / name)
         config = config_from_dict(EvalConfig, params, from_string=True, where="rl_training evaluate")
+        self._ensure_split(dataset_name, config.split)
 
         started = time.time()
         result = run_eval(config)
@@ -750,7 +973,18 @@ class RLTrainingTool(_ToolBase):  # type: ignore[misc,valid-type]
 
             out.update(model_path=config.models[0], num_samples=single["num_prompts"],
                        accuracy=single["accuracy_strict"], average_reward=single["avg_reward"],
-                       device=resolve_device(None))
+                       average_length=single["avg_tokens"], average_steps=single["avg_steps"],
+                       format_correctness=single["format_rate"], device=resolve_device(None))
+            if k is not None:
+                out["accuracy_at_k"] = single.get(f"pass@{k}")
+            predictions = Path(result["output_dir"]) / "predictions.jsonl"
+            if details and predictions.is_file():  # per completion: the book's detail rows; the wrong ones its errors
+                from agentic_rl.utils import read_jsonl
+
+                rows = [{"question": r["question"], "prediction": r["completion"], "ground_truth": r["ground_truth"],
+                         "correct": bool(r["correct_strict"]), "ground_truth_steps": r["reference_steps"],
+                         "category": r["category"]} for r in read_jsonl(predictions)]
+                out.update(details=_jsonable(rows), errors=_jsonable([r for r in rows if not r["correct"]]))
         return out
 
     def _status(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -824,7 +1058,7 @@ def _book_reward_spec(book: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     extra = sorted(set(book) - {"reward_type"} - uses[reward_type])
     if extra:
         raise ConfigError(f"'{extra[0]}' does not apply to reward_type {reward_type!r}")
-    values = {k: book.get(k, defaults[k]) for k in uses[reward_type]}
+    values = {k: _number(book.get(k, defaults[k])) for k in uses[reward_type]}
     for key, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
             raise ConfigError(f"'{key}' must be a number >= 0, got {value!r}")
@@ -844,6 +1078,71 @@ def _book_reward_spec(book: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     spec = f"step(beta={_yaml_number(bonus)},max_steps={cap})"
     return [spec], {"reward_type": reward_type, "step_bonus": bonus,
                     "description": f"accuracy + {bonus:g} * reasoning steps (at most {cap} steps) for correct answers"}
+
+
+#: The metrics a book evaluate call may ask for (the result holds them all).
+BOOK_EVAL_METRICS = ("accuracy", "accuracy_at_k", "average_length", "average_steps", "format_correctness",
+                     "average_reward")
+
+
+def _book_eval_k(params: dict[str, Any]) -> int | None:
+    """The book's evaluate ``metrics`` (checked) and ``k`` (-> ``num_samples`` and ``pass_at_k``), in place."""
+    wanted = params.pop("metrics", None)
+    if wanted is not None:
+        if isinstance(wanted, str):
+            wanted = [wanted]
+        bad = [m for m in wanted if m not in BOOK_EVAL_METRICS] if isinstance(wanted, list) else [wanted]
+        if bad:
+            raise ConfigError(f"unknown metric {bad[0]!r}; metrics are {', '.join(BOOK_EVAL_METRICS)}")
+    k = _number(params.pop("k", None))
+    if k is None:
+        return None
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"'k' must be a positive integer, got {k!r}")
+    if "num_samples" in params:
+        raise ConfigError("give 'k' (the book's name) or 'num_samples', not both")
+    params["num_samples"] = k
+    params.setdefault("pass_at_k", sorted({1, k}))
+    if k > 1:
+        params.setdefault("temperature", 0.7)  # k greedy answers would be one answer k times
+    return k
+
+
+def _book_train_rewards(reward_type: Any, reward_config: Any) -> list[str]:
+    """A train call's ``reward_type`` (with ``reward_config``: that type's parameters) -> reward specs, built as
+    ``create_reward`` builds them. ``combined`` is the weighted sum of ``reward_config["components"]``, each a
+    ``{"type": ..., "weight": ...}`` with that type's parameters (``target_length`` is ``max_length``)."""
+    if reward_config is not None and not isinstance(reward_config, dict):
+        raise ConfigError(f"'reward_config' must be a mapping, got {type(reward_config).__name__}")
+    config = dict(reward_config or {})
+    kind = (reward_type or ("combined" if "components" in config else "accuracy"))
+    kind = kind.lower() if isinstance(kind, str) else kind
+
+    def spec(component: dict[str, Any], where: str) -> str:
+        params = {("max_length" if k == "target_length" else k): v for k, v in component.items()}
+        try:
+            specs, _ = _book_reward_spec(params)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        return specs[0]
+
+    if kind != "combined":
+        return [spec({"reward_type": kind, **config}, "reward_config")]
+    components = config.pop("components", None)
+    if config:
+        raise ConfigError(f"reward_config for reward_type 'combined' takes 'components', not '{next(iter(config))}'")
+    if not isinstance(components, list) or not components or not all(isinstance(c, dict) for c in components):
+        raise ConfigError("reward_type 'combined' needs reward_config {'components': [{'type': 'accuracy', "
+                          "'weight': 1.0}, ...]}")
+    specs = []
+    for i, component in enumerate(components):
+        component = dict(component)
+        weight = _number(component.pop("weight", 1.0))
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            raise ConfigError(f"reward_config component {i + 1}: 'weight' must be a number, got {weight!r}")
+        base = spec({"reward_type": component.pop("type", None), **component}, f"reward_config component {i + 1}")
+        specs.append(f"{base.removesuffix(':1.0')}:{_yaml_number(weight)}")
+    return specs
 
 
 def _score(funcs, weights, names, completions: Any, truth: Any) -> list[dict[str, Any]]:
@@ -867,11 +1166,48 @@ def _score(funcs, weights, names, completions: Any, truth: Any) -> list[dict[str
 
 
 def register(registry: Any = None, **kwargs: Any) -> RLTrainingTool:
-    """Create the tool and register it in a hello-agents ``ToolRegistry`` (its global registry by default)."""
-    if not HELLO_AGENTS:
-        raise ImportError("hello-agents is not installed: pip install 'agentic-rl[hello-agents]'")
-    if registry is None:
-        from hello_agents.tools.registry import global_registry as registry
-    tool = RLTrainingTool(**kwargs)
-    registry.register_tool(tool)
-    return tool
+    """Create the tool (``kwargs``: its ``workspace``, ``name``, ...) and register it in a hello-agents
+    ``ToolRegistry`` (its global registry by default)."""
+    return RLTrainingTool(**kwargs).register(registry)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The book's helper functions: one call each, on a tool for ``workspace``
+# ---------------------------------------------------------------------------------------------------------------
+
+def train_with_sft(model_name: str = "Qwen/Qwen2-0.5B-Instruct", max_samples: int | None = 100, num_epochs: int = 3,
+                   output_dir: str = "./output/sft", *, workspace: str | Path = "runs/rl_training",
+                   **settings: Any) -> str:
+    """SFT as the book's ``train_with_sft`` runs it (``settings``: any further ``train`` key, e.g. ``dataset``)."""
+    return RLTrainingTool(workspace).run({"action": "train", "algorithm": "sft", "model_name": model_name,
+                                          "max_samples": max_samples, "num_epochs": num_epochs,
+                                          "output_dir": output_dir, **settings})
+
+
+def train_with_grpo(model_name: str = "Qwen/Qwen2-0.5B-Instruct", max_samples: int | None = 100, num_epochs: int = 3,
+                    output_dir: str = "./output/grpo", *, workspace: str | Path = "runs/rl_training",
+                    **settings: Any) -> str:
+    """GRPO as the book's ``train_with_grpo`` runs it (``settings``: any further ``train`` key)."""
+    return RLTrainingTool(workspace).run({"action": "train", "algorithm": "grpo", "model_name": model_name,
+                                          "max_samples": max_samples, "num_epochs": num_epochs,
+                                          "output_dir": output_dir, **settings})
+
+
+def load_dataset(format_type: str = "sft", split: str = "train", max_samples: int = 100, *,
+                 workspace: str | Path = "runs/rl_training", **options: Any) -> str:
+    """The book's ``load_dataset`` (``options``: any further ``load_dataset`` key, e.g. ``dataset``)."""
+    return RLTrainingTool(workspace).run({"action": "load_dataset", "format": format_type, "split": split,
+                                          "max_samples": max_samples, **options})
+
+
+def create_reward_function(reward_type: str = "accuracy", *, workspace: str | Path = "runs/rl_training",
+                           **kwargs: Any) -> str:
+    """The book's ``create_reward_function`` (``kwargs``: ``penalty_weight``, ``max_length``, ``step_bonus``)."""
+    return RLTrainingTool(workspace).run({"action": "create_reward", "reward_type": reward_type, **kwargs})
+
+
+def evaluate_model(model_path: str, max_samples: int = 100, *, workspace: str | Path = "runs/rl_training",
+                   **settings: Any) -> str:
+    """The book's ``evaluate_model`` (``settings``: any further ``evaluate`` key, e.g. ``dataset``)."""
+    return RLTrainingTool(workspace).run({"action": "evaluate", "model_path": model_path,
+                                          "max_samples": max_samples, **settings})
