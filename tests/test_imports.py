@@ -29,7 +29,8 @@ FLOORS: list[tuple[str, ...]] = [
     # train: the training stages, preference sampling included; they check held-out accuracy through eval/
     ("agentic_rl.train",),
     # orchestration: what runs stages or their results (pipeline, tune, reports, export and serving, the tool API)
-    ("agentic_rl.report", "agentic_rl.pipeline", "agentic_rl.tune", "agentic_rl.deploy", "agentic_rl.integrations"),
+    ("agentic_rl.report", "agentic_rl.pipeline", "agentic_rl.tune", "agentic_rl.tune_trials", "agentic_rl.deploy",
+     "agentic_rl.integrations"),
     # the command line, which dispatches to every stage
     ("agentic_rl.cli", "agentic_rl.__main__"),
 ]
