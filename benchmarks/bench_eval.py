@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ncompletion tokens (naive): mean {statistics.mean(lengths):.1f}, min {min(lengths)}, max {max(lengths)}, "
           f"truncated {sum(r.truncated for r in reference)}; load average now {os.getloadavg()[0]:.1f}")
     print(f"default vs naive {median['naive'] / median['default']:.1f}x (goal >= 10x; wall "
-          f"{median_wall['naive'] / median_wall['default']:.1f}x), vs padded {median['padded'] / median['default']:.2f}x "
+          f"{median_wall['naive'] / median_wall['default']:.1f}x), "
+          f"vs padded {median['padded'] / median['default']:.2f}x "
           f"(goal >= 2x; wall {median_wall['padded'] / median_wall['default']:.2f}x), identical to naive "
           f"{identical['default']}/{len(rows)}")
     return 0 if identical["default"] == len(rows) else 1

@@ -96,7 +96,8 @@ def cpu_clock():
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="the GRPO start model (the quickstart's: runs/quickstart/sft/model)")
+    parser.add_argument("--model", required=True,
+                        help="the GRPO start model (the quickstart's: runs/quickstart/sft/model)")
     parser.add_argument("--steps", type=int, default=5, help="GRPO steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="runs per variant (alternating order)")
     parser.add_argument("--also", default="", help="extra variants, comma list of sampling-only, trl-static, "

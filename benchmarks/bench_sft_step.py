@@ -58,7 +58,8 @@ def run_variant(variant: str, model: str, steps: int, out: Path, seed: int) -> t
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="the SFT start model (the quickstart's: runs/quickstart/pretrain/model)")
+    parser.add_argument("--model", required=True,
+                        help="the SFT start model (the quickstart's: runs/quickstart/pretrain/model)")
     parser.add_argument("--steps", type=int, default=60, help="SFT steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="runs per variant (alternating order)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")

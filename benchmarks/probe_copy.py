@@ -51,7 +51,7 @@ def probe(model_dir: str, tokenizer_dir: str | None, n: int) -> dict[str, float]
         numbers = re.findall(r"\d+", question)
         return bool(call) and call.group(1) in numbers and call.group(2) in numbers
 
-    return {"list_copy": sum(o.strip().startswith(l) for o, l in zip(listed, lists)) / n,
+    return {"list_copy": sum(o.strip().startswith(line) for o, line in zip(listed, lists)) / n,
             "expression_copy": sum(o.strip().startswith(w) for o, w in zip(written, wanted)) / n,
             "grounded": sum(grounded(o, row["question"]) for o, row in zip(written, rows)) / n}
 

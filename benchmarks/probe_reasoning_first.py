@@ -24,8 +24,8 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from agentic_rl.data.custom import load_task_dataset
 from agentic_rl.data.formats import FINAL_ANSWER_PREFIX, build_prompt, render_prompt, resolve_system_prompt
-from agentic_rl.models.loading import load_model_and_tokenizer
 from agentic_rl.eval.error_analysis import numbers_in, question_numbers
+from agentic_rl.models.loading import load_model_and_tokenizer
 from agentic_rl.rewards import check_equations, is_correct
 
 

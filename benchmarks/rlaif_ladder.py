@@ -49,7 +49,6 @@ from agentic_rl.train.reward_model import RewardModelConfig
 from agentic_rl.train.reward_model import run as run_reward_model
 from agentic_rl.utils import free_memory, log, read_json, read_jsonl, write_json
 
-
 #: The small SFT model built when no --sft-model is given: the smoke quickstart's micro model, trained longer.
 MINI_BASE = {
     "model": "embedded", "dataset": "synthetic", "system_prompt": "", "stages": ["pretrain", "sft"],

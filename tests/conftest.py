@@ -66,11 +66,16 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 def qwen3_shape_dir(tmp_path_factory) -> Path:
     """Stand-in for ``Qwen/Qwen3-0.6B``: a random-init model with the real Qwen3-0.6B config keys and structure
     (Qwen3ForCausalLM, head_dim 128, GQA 2:1, q/k-norm, tied embeddings, rope 1e6) scaled to 2 layers / hidden 128,
-    with a tokenizer whose chat template has Qwen3's thinking behaviour (``enable_thinking=False`` -> empty think block).
+    with a tokenizer whose chat template has Qwen3's thinking behaviour (``enable_thinking=False`` -> empty think
+    block).
     """
     from agentic_rl.data.synthetic import default_tokenizer_corpus
-    from agentic_rl.models.tiny import (QWEN3_STYLE_CHAT_TEMPLATE, build_qwen3_shape_model, save_model_dir,
-                                        train_tokenizer)
+    from agentic_rl.models.tiny import (
+        QWEN3_STYLE_CHAT_TEMPLATE,
+        build_qwen3_shape_model,
+        save_model_dir,
+        train_tokenizer,
+    )
 
     path = tmp_path_factory.mktemp("qwen3_shape")
     tokenizer = train_tokenizer(default_tokenizer_corpus(2000, seed=1), vocab_size=512,

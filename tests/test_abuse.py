@@ -501,7 +501,7 @@ def test_a_csv_error_names_the_row_not_the_physical_line(tmp_path):
     with pytest.raises(DataError, match=rf"{re.escape(str(path))} row 2 \(from line 5\)"):
         load_task_dataset(str(path))
     path.write_text('question,answer\n"What is 1 + 1?","1 + 1 = 2\nso\n#### 2"\nWhat is 3 + 4?,7,extra\n')
-    with pytest.raises(DataError, match=rf"row 2 \(from line 5\): more values than the header has columns"):
+    with pytest.raises(DataError, match=r"row 2 \(from line 5\): more values than the header has columns"):
         read_file(path)
     path.write_text('question,answer\n"What is 1 + 1?","2"\n"What is 3 + 4?","' + "7" * 200_000 + '"\n')
     with pytest.raises(DataError, match=r"row 2 \(from line 3\): malformed CSV \(field larger than field limit"):

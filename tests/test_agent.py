@@ -10,17 +10,23 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import grpo_config, read_jsonl
 
 from agentic_rl.agent import rollout as rollout_mod
 from agentic_rl.agent.calculator_env import CalculatorEnv, calculator
 from agentic_rl.agent.env import ToolEnvironment, make_environment, register_environment, trajectory_return
-from agentic_rl.agent.rollout import (RolloutSettings, encode_episode, episode_stats, make_rollout_func,
-                                      run_episodes, trajectory_return_reward)
+from agentic_rl.agent.rollout import (
+    RolloutSettings,
+    encode_episode,
+    episode_stats,
+    make_rollout_func,
+    run_episodes,
+    trajectory_return_reward,
+)
 from agentic_rl.agent.tasks import agent_rows, demonstration, demonstration_examples
 from agentic_rl.agent.tool_format import ChatFormat, parse_tool_calls, render_tool_call
 from agentic_rl.agent.tools import Tool, ToolError, get_tool
 from agentic_rl.errors import ConfigError
-from conftest import grpo_config, read_jsonl
 
 CALL = render_tool_call("calculator", {"expression": "23*47"})
 QUESTION = "A farm has 23 boxes with 47 eggs in each box. How many eggs are there?"
@@ -345,7 +351,8 @@ def test_sft_rows_split_into_tool_skip_tool_and_direct_demonstrations(tokenizer)
         return SFTConfig(model="m", environment="calculator", environment_args={"final_turn": "answer"},
                          dataset="synthetic:multiplication", max_train_samples=20, **fractions)
 
-    rows = load_task_dataset("synthetic:multiplication", "train", synthetic_train_size=20).to_list()  # max_train_samples
+    # the same 20 rows as max_train_samples=20 above
+    rows = load_task_dataset("synthetic:multiplication", "train", synthetic_train_size=20).to_list()
     sft = config(direct_fraction=0.25, skip_tool_fraction=0.35)
     examples, counts = build_environment_dataset(sft, build_environment(sft), tokenizer)
     assert counts == {"environment": 8, "skip_tool": 7, "direct": 5} and len(examples) == 20

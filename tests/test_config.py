@@ -2,7 +2,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from agentic_rl.cli import build_parser, main
+from agentic_rl.cli import main
 from agentic_rl.config import config_from_args, load_config, save_config
 from agentic_rl.errors import ConfigError
 

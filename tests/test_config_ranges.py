@@ -6,7 +6,6 @@ The non-finite test walks the CLI's command table, so a float setting added late
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 import re
 import typing

@@ -13,10 +13,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import write_jsonl
 
 from agentic_rl.cli import main
 from agentic_rl.errors import ModelLoadError
-from conftest import write_jsonl
 
 
 def _truncate(d: Path) -> None:

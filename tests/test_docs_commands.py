@@ -220,7 +220,7 @@ def check_blocks(blocks: list[Block], workspace: Path) -> list[str]:
                 write_file_block(block, workspace)
             if block.lang in ("bash", "sh", "shell", "console"):
                 if block.marker == "skip":
-                    assert block.argument, f"a skipped block must say why (<!-- docs-test: skip REASON -->)"
+                    assert block.argument, "a skipped block must say why (<!-- docs-test: skip REASON -->)"
                 for words in shell_commands(block.text):
                     check_command(words, workspace, resolve=block.marker != "skip")
             elif block.lang in ("python", "py"):
@@ -289,7 +289,8 @@ def test_the_documented_examples_run(block, workspace, capsys):
             continue
         argv = shrink_arguments(argv, shlex.split(block.argument))
         code = main(argv)
-        assert code == 0, f"{block.where}: 'agentic-rl {' '.join(argv)}' exited {code}: {capsys.readouterr().err[-2000:]}"
+        err = capsys.readouterr().err[-2000:]
+        assert code == 0, f"{block.where}: 'agentic-rl {' '.join(argv)}' exited {code}: {err}"
 
 
 def test_a_renamed_flag_or_a_missing_file_fails_the_check(tmp_path, workspace):

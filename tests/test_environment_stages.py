@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import eval_config, grpo_config, read_jsonl
 
 from agentic_rl.config import config_from_dict
 from agentic_rl.errors import ConfigError
-from conftest import eval_config, grpo_config, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -283,8 +283,8 @@ class Exploding:
 
 
 def test_settings_an_environment_does_not_take_and_a_failing_constructor_are_one_line_errors():
-    from agentic_rl.train.grpo import GRPOConfig
     from agentic_rl.agent.settings import build_environment
+    from agentic_rl.train.grpo import GRPOConfig
 
     config = config_from_dict(GRPOConfig, {"model": "m", "environment": "self_correct", "max_tool_calls": 5})
     with pytest.raises(ConfigError, match="max_tool_calls does not apply to environment 'self_correct'"):

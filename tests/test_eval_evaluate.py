@@ -6,13 +6,13 @@ import json
 
 import pytest
 import torch
+from conftest import eval_config
 
 from agentic_rl.data.formats import build_prompt
 from agentic_rl.errors import ConfigError
 from agentic_rl.eval import EvalConfig, evaluate_model, flatten_metrics, run, write_comparison_report
 from agentic_rl.eval.evaluate import load_rows, score_completions
 from agentic_rl.models.generate import GenerationResult
-from conftest import eval_config
 
 
 def _without_timing(metrics):

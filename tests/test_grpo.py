@@ -11,12 +11,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import grpo_config, read_jsonl, sft_config, write_jsonl
 
 from agentic_rl.config import config_from_args, config_from_dict, format_config, load_config, save_config
 from agentic_rl.errors import ConfigError
 from agentic_rl.train.grpo import GRPOConfig
 from agentic_rl.train.grpo_trainer import health_monitor, rename_metrics
-from conftest import grpo_config, read_jsonl, sft_config, write_jsonl
 
 # ---------------------------------------------------------------------------------------------------------------
 # Config

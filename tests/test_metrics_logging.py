@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import pretrain_config, read_jsonl, sft_config
 
 from agentic_rl.errors import TrainingError
 from agentic_rl.train.monitoring import MetricsLogger, NullBackend, namespace_metrics, trl_generation_log
-from conftest import pretrain_config, read_jsonl, sft_config
 
 #: The namespaces a logged metric may live in (STYLE.md, lesson 9): the trainer's own numbers, timings, evaluation,
 #: the environment's episode statistics, and one per stage.

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import grpo_config, pretrain_config, sft_config
 from safetensors.torch import load_file
 
 from agentic_rl import utils
 from agentic_rl.train.grpo import GRPOConfig
 from agentic_rl.train.pretrain import PretrainConfig
 from agentic_rl.train.sft import SFTConfig
-from conftest import grpo_config, pretrain_config, sft_config
 
 
 @pytest.mark.parametrize("capabilities, expected", [

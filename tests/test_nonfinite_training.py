@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import grpo_config
 from safetensors.torch import load_file
 from transformers import TrainerCallback, TrainerControl
 
@@ -17,7 +18,6 @@ from agentic_rl.errors import AgenticRLError, RewardError, TrainingError
 from agentic_rl.models.loading import nonfinite_parameters
 from agentic_rl.train import monitoring
 from agentic_rl.train.monitoring import HealthCallback, NonFiniteGuard
-from conftest import grpo_config
 
 
 def _poison(model) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import pretrain_config, read_jsonl
 
 from agentic_rl.errors import ConfigError
 from agentic_rl.train.pretrain import PretrainConfig, arithmetic_probe, build_corpus, pack_blocks, run
-from conftest import pretrain_config, read_jsonl
 
 
 def test_corpus_excludes_held_out_questions_and_has_no_task_format():

@@ -195,7 +195,7 @@ def silent_server():
         while not stop.is_set():
             try:
                 accepted.append(listener.accept()[0])
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
 
     thread = threading.Thread(target=accept, daemon=True)

@@ -22,7 +22,8 @@ def _conv_pairs(n: int) -> list[dict]:
     for i in range(n):
         prompt = [{"role": "user", "content": f"What is {i} + {i + 2}?"}]
         rows.append({"prompt": prompt,
-                     "chosen": [{"role": "assistant", "content": f"{i} + {i + 2} = {2 * i + 2}\nFinal Answer: {2 * i + 2}"}],
+                     "chosen": [{"role": "assistant",
+                                 "content": f"{i} + {i + 2} = {2 * i + 2}\nFinal Answer: {2 * i + 2}"}],
                      "rejected": [{"role": "assistant", "content": f"Final Answer: {i}"}],
                      "chosen_score": 1.0, "rejected_score": 0.0})
     return rows

@@ -5,11 +5,11 @@ in the logged advantages) with its metrics reaching TensorBoard."""
 from __future__ import annotations
 
 import pytest
+from conftest import grpo_config, read_jsonl
 
 from agentic_rl.config import config_from_dict
 from agentic_rl.errors import ConfigError
 from agentic_rl.train.grpo import GRPOConfig
-from conftest import grpo_config, read_jsonl
 
 ALTERNATING = '''
 def alternating(completions, **kwargs):

@@ -15,13 +15,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import grpo_config, sft_config
 
 from agentic_rl.cli import main
 from agentic_rl.config import config_from_dict
 from agentic_rl.errors import ConfigError, ModelLoadError
 from agentic_rl.locking import LOCK_FILE
 from agentic_rl.pipeline import PipelineConfig, QuickstartConfig, run_pipeline
-from conftest import grpo_config, sft_config
 
 RUN_MARKER = ".agentic-rl-run"  # the file that makes a folder a run directory of this project
 

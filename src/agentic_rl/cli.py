@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from agentic_rl.errors import AgenticRLError
 from agentic_rl.stages import STAGES

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from agentic_rl.errors import AgenticRLError
 

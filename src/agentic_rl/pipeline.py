@@ -29,18 +29,30 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import check_keys, config_from_dict, format_config, read_yaml, save_config, setting
 from agentic_rl.errors import ConfigError
 from agentic_rl.locking import hold_run_lock
-from agentic_rl.runs import (FINISHED_MARKER, check_deletable, check_run_name, create_run_root, delete_run_dir,
-                             describe, differing_keys, finished_result, has_run, mark_finished, settings_of,
-                             stage_settings_mismatch)
+from agentic_rl.runs import (
+    FINISHED_MARKER,
+    check_deletable,
+    check_run_name,
+    create_run_root,
+    delete_run_dir,
+    describe,
+    differing_keys,
+    finished_result,
+    has_run,
+    mark_finished,
+    settings_of,
+    stage_settings_mismatch,
+)
 from agentic_rl.stages import PIPELINE_DEFAULTS, inherited_settings
 from agentic_rl.utils import log, warn, write_json
 
@@ -116,8 +128,8 @@ QUICKSTART_PRESETS = {"default": "quickstart", "agentic": "quickstart-agentic"}
 
 @dataclass
 class QuickstartConfig:
-    name: str | None = setting(None, "run name; outputs go to runs/<name>/ (default: the preset's own name: quickstart, "
-                                     "quickstart-smoke, quickstart-agentic, ...)")
+    name: str | None = setting(None, "run name; outputs go to runs/<name>/ (default: the preset's own name: "
+                                     "quickstart, quickstart-smoke, quickstart-agentic, ...)")
     preset: str = setting("default", "the embedded ladder: 'default' (single-turn GSM8K-style problems) or 'agentic' "
                                      "(multi-turn calculator tool use: SFT on tool-use episodes, then GRPO in the "
                                      "environment)", choices=list(QUICKSTART_PRESETS))

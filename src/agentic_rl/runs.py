@@ -36,9 +36,10 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Iterable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from agentic_rl.errors import ConfigError
 from agentic_rl.utils import RUNS_ROOT, last_checkpoint, log, output_path, read_json, warn, write_json
@@ -282,7 +283,6 @@ class StageRun:
         :data:`FINISHED_MARKER`; record the settings in the marker and in ``config.yaml``. Call it after the model,
         data and rewards have loaded."""
         from agentic_rl.config import save_config
-
         from agentic_rl.locking import hold_run_lock
 
         out = self.out

@@ -12,8 +12,9 @@ agentic_rl STAGE`` runs); its module does not import the command line back.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from agentic_rl.errors import ConfigError
 

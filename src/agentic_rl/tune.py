@@ -35,9 +35,10 @@ import json
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 import yaml

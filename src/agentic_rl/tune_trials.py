@@ -10,8 +10,9 @@ import json
 import os
 import shutil
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import optuna
 from transformers import TrainerCallback

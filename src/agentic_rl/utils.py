@@ -11,8 +11,9 @@ import random
 import re
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 RUNS_ROOT = Path(os.environ.get("AGENTIC_RL_RUNS", "runs"))
 
@@ -138,7 +139,7 @@ def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> Path:
 MAX_NESTING = 100  # arrays/objects read from user JSON or YAML nest at most this deep (rows and configs need ~5)
 _JSON_STRUCTURE_RE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 INT_DIGITS_LIMIT = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
-_LONG_DIGITS_RE = re.compile(r"\d{%d,}" % (INT_DIGITS_LIMIT + 1))
+_LONG_DIGITS_RE = re.compile(rf"\d{{{INT_DIGITS_LIMIT + 1},}}")
 
 
 def nesting_depth(value: Any, limit: int = MAX_NESTING, max_containers: int | None = None) -> int | None:
@@ -169,7 +170,7 @@ def parse_json(text: str, max_depth: int = MAX_NESTING) -> Any:
         raise
     except RecursionError:
         value = None
-    except ValueError as exc:  # "Exceeds the limit (4300 digits) for integer string conversion"
+    except ValueError:  # "Exceeds the limit (4300 digits) for integer string conversion"
         long = _LONG_DIGITS_RE.search(text)
         raise json.JSONDecodeError(f"a number with more than {INT_DIGITS_LIMIT} digits", text,
                                    long.start() if long else 0) from None

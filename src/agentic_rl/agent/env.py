@@ -20,8 +20,9 @@ the whole trajectory, so the group-relative advantage reaches every action token
 see :mod:`agentic_rl.agent.tool_format`) — the calls run and their results come back as ``tool`` messages — or
 answers, which ends the episode and is scored against ``task["ground_truth"]`` with the one parse-and-compare
 function (:func:`agentic_rl.rewards.is_correct`). Per-step rewards follow the Hello-Agents book's example: a small
-reward for each useful valid tool call (it returned a result, is not a repeat, and passes :meth:`ToolEnvironment.is_useful`,
-which subclasses narrow — the calculator asks for grounded arguments), the large part for a correct final answer.
+reward for each useful valid tool call (it returned a result, is not a repeat, and passes
+:meth:`ToolEnvironment.is_useful`, which subclasses narrow — the calculator asks for grounded arguments), the large
+part for a correct final answer.
 Malformed JSON, an unknown tool, bad arguments, a tool error or going over ``max_tool_calls`` all become an error
 observation — never an exception. ``max_turns`` bounds the episode: the last allowed turn is scored as the answer.
 A tool call that runs past ``tool_timeout_s`` seconds becomes an error observation, and a result longer than
@@ -39,8 +40,9 @@ from __future__ import annotations
 
 import inspect
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.agent.tool_format import clip, parse_tool_calls, tool_message

@@ -8,7 +8,8 @@ Everything after the prompt is one token sequence, ``completion_ids``, with a pa
 the model generated (actions, trained on), 0 for tokens the environment inserted (tool responses or ``user``
 feedback messages and the chat template around them, never trained on). A string returned by ``env.reset(task)``
 is appended to the prompt's last user message before the prompt is tokenized, as TRL's ``environment_factory``
-does; ``env.episode_metrics()`` is read once the episode is over and averaged by :func:`episode_stats`. Turns are spliced at the token level (see
+does; ``env.episode_metrics()`` is read once the episode is over and averaged by :func:`episode_stats`. Turns are
+spliced at the token level (see
 :class:`agentic_rl.agent.tool_format.ChatFormat`), so the sequence GRPO scores is exactly the sequence that was
 sampled. The trajectory's return is the sum of its step rewards.
 
@@ -25,8 +26,9 @@ tokens a model is fine-tuned on are spliced exactly as at rollout time.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from agentic_rl.agent.env import Environment, trajectory_return
 from agentic_rl.agent.tool_format import OBSERVATION_ROLES, ChatFormat

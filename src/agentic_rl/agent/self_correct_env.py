@@ -22,8 +22,9 @@ model sees what to do after feedback without learning to answer wrongly. Used as
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable
+from typing import Any
 
 from agentic_rl.agent.env import Environment, StepResult, default_answer_check
 from agentic_rl.agent.reference import ground_truth_of, solution_steps

@@ -8,8 +8,9 @@ and the other settings here must keep their defaults: a setting that would be si
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
-from typing import Any, Callable
+from typing import Any
 
 from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S
 from agentic_rl.config import changed_from_default, check_range, setting

@@ -33,7 +33,8 @@ import json
 import re
 import threading
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from agentic_rl.config import import_object
 from agentic_rl.errors import ConfigError

@@ -34,7 +34,8 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from agentic_rl.agent.env import StepResult, ToolEnvironment
 from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S, Tool

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from agentic_rl.data.formats import CALC_ANNOTATION, FINAL_ANSWER_PREFIX, format_solution, last_message_index
 from agentic_rl.data.gsm8k import (
@@ -210,7 +211,8 @@ def load_task_dataset(source: str = "synthetic", split: str = "train", *, questi
                       completion_field: str | None = None, ground_truth_field: str | None = None,
                       max_samples: int | None = None, seed: int = 0, numeric_ground_truth: bool = True,
                       keep_annotations: bool = False, hub_config: str | None = None,
-                      synthetic_seed: int = 0, synthetic_train_size: int = 2000, synthetic_test_size: int = SYNTHETIC_TEST_SIZE,
+                      synthetic_seed: int = 0, synthetic_train_size: int = 2000,
+                      synthetic_test_size: int = SYNTHETIC_TEST_SIZE,
                       **synthetic_knobs):
     """Canonical task rows (``question answer ground_truth num_steps steps solution``) as a ``datasets.Dataset``.
 

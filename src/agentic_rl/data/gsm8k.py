@@ -23,9 +23,10 @@ import csv
 import json
 import random
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from agentic_rl.data.formats import CALC_ANNOTATION, SYSTEM_PROMPT, format_solution, rl_row, sft_row
 from agentic_rl.errors import DataError
@@ -157,7 +158,7 @@ def _read_csv(path: Path) -> Records:
         rows, locs = [], []
         where = f"{path} line 1"
         try:
-            reader.fieldnames  # reads the header
+            _ = reader.fieldnames  # reading the property reads the header
             while True:
                 where = f"{path} row {len(rows) + 1} (from line {reader.line_num + 1})"
                 row = next(reader, None)

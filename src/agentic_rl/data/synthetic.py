@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from agentic_rl.data.formats import CALC_STEP, SYSTEM_PROMPT
 from agentic_rl.data.gsm8k import parse_gsm8k_answer

@@ -49,7 +49,8 @@ from agentic_rl.utils import log, write_json
 
 STAGE_ORDER = ("grpo", "sft", "pretrain", "base")
 MODEL_SUBDIRS = (MODEL_FOLDER, "final", "best", "adapter")
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 

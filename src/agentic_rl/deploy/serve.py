@@ -204,7 +204,7 @@ class ChatRequest:
     template_kwargs: dict[str, Any]
 
 
-def parse_chat_request(body: Any, settings: "ServerSettings") -> ChatRequest:
+def parse_chat_request(body: Any, settings: ServerSettings) -> ChatRequest:
     """Validate a /v1/chat/completions body; every problem is an :class:`APIError` naming the field."""
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")

@@ -26,7 +26,6 @@ from typing import Any
 from agentic_rl.config import SEED_RANGE, check_range, setting
 from agentic_rl.errors import ConfigError, DataError
 
-
 MAX_BOOTSTRAP_SAMPLES = 100_000
 
 
@@ -200,7 +199,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     for mode, block in result["modes"].items():
         title = "greedy accuracy" if mode == "greedy" else "sampled pass@1"
         lines += [f"## {title}", "", f"| run | problems | {c} | {t} | difference (points) |"
-                  + (" only {t} / only {c} | McNemar p |".format(t=t, c=c) if mode == "greedy" else ""),
+                  + (f" only {t} / only {c} | McNemar p |" if mode == "greedy" else ""),
                   "|---|---|---|---|---|" + ("---|---|" if mode == "greedy" else "")]
         for row in block["rows"]:
             extra = (f" {row['only_treatment']} / {row['only_control']} | {row['mcnemar_p']:.3g} |"

@@ -14,7 +14,8 @@ between the two settings is what the environment is worth to the model.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def evaluate_episodes(model, tokenizer, rows: list[dict[str, Any]], env_factory: Callable[[], Any], *,

@@ -464,9 +464,9 @@ def environment_report(metrics: dict[str, Any]) -> str:
     lines = [f"# {metrics.get('model')} in environment {metrics.get('environment')} "
              f"({metrics.get('num_prompts')} problems, greedy)", "",
              "| setting | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
-    for setting in ("with_tools", "without_tools"):
-        stats = metrics.get(setting) or {}
-        lines.append(f"| {setting.replace('_', ' ')} | "
+    for tools_setting in ("with_tools", "without_tools"):
+        stats = metrics.get(tools_setting) or {}
+        lines.append(f"| {tools_setting.replace('_', ' ')} | "
                      + " | ".join(f"{stats[k]:.3f}" if k in stats else "" for k in keys) + " |")
     return "\n".join(lines) + "\n"
 

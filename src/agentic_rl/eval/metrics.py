@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from statistics import mean
-from typing import Any, Iterable
+from typing import Any
 
 DIFFICULTY_BUCKETS = ("easy", "medium", "hard")
 

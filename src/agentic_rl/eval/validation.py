@@ -17,7 +17,8 @@ their problems from here, and so does the pipeline, which runs those stages:
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: Rows of the synthetic train split left to train on once the validation slice is carved off, when the stage does
 #: not say how many it trains on (GRPO without max_train_samples): the split is generated with ``eval_samples`` rows

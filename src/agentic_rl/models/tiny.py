@@ -18,8 +18,8 @@ Public pieces:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from agentic_rl.errors import ConfigError
 

@@ -65,8 +65,8 @@ _LEADING_ZEROS_RE = re.compile(r"(?<![\d.])0+(?=\d)", re.ASCII)
 
 
 def _normalise_expression(expr: str) -> str:
-    """Typography to Python: ``3 x 4`` -> ``3 * 4``, ``6 ÷ 2`` -> ``6 / 2``, ``2^3`` -> ``2**3``, ``$1,200`` -> ``1200``,
-    ``2(3)`` -> ``2*(3)``, ``20%`` -> ``(20/100)``."""
+    """Typography to Python: ``3 x 4`` -> ``3 * 4``, ``6 ÷ 2`` -> ``6 / 2``, ``2^3`` -> ``2**3``,
+    ``$1,200`` -> ``1200``, ``2(3)`` -> ``2*(3)``, ``20%`` -> ``(20/100)``."""
     expr = expr.replace("\u2212", "-").replace("\u2013", "-").replace("\u00f7", "/").replace("\u2217", "*")
     expr = expr.replace("$", "").replace("^", "**")
     expr = _TIMES_RE.sub("*", expr)

@@ -629,7 +629,7 @@ _LOOKALIKES = str.maketrans(
     "aeeiijkopcyxsdhgvoiaekpuxntnmb")
 # A number word glued to a joining word ("18ornineteen").
 _GLUED_NUMBER_WORD_RE = re.compile(
-    r"(?:or|and|to|vs|else|maybe)(?:%s)" % "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)), re.IGNORECASE)
+    r"(?:or|and|to|vs|else|maybe)(?:{})".format("|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))), re.IGNORECASE)
 # Single letters spaced out ("n i n e t e e n", "o-n-e"), read as one word.
 _SPACED_LETTERS_RE = re.compile(r"(?<![^\W\d_])(?:[^\W\d_][ \t.\-_*]{1,3}){2,}[^\W\d_](?![^\W\d_])")
 _SPACING_RE = re.compile(r"[ \t.\-_*]")

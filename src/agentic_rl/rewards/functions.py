@@ -28,7 +28,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from agentic_rl.errors import ConfigError
 from agentic_rl.rewards.calculator import MAX_EQUATIONS, check_equations, count_steps

@@ -39,9 +39,10 @@ import os
 import re
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from agentic_rl.errors import AgenticRLError, ConfigError
 from agentic_rl.rewards.extraction import completion_text

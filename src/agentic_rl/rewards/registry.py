@@ -40,14 +40,14 @@ import math
 import numbers
 import re
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import yaml
 
 from agentic_rl.config import import_object
 from agentic_rl.errors import ConfigError, RewardError
-from agentic_rl.rewards.functions import (AccuracyReward, FormatReward, LengthPenaltyReward, ProcessReward,
-                                          StepReward)
+from agentic_rl.rewards.functions import AccuracyReward, FormatReward, LengthPenaltyReward, ProcessReward, StepReward
 from agentic_rl.rewards.judge import JudgeReward
 from agentic_rl.rewards.reward_model import RewardModelReward
 
@@ -204,7 +204,8 @@ def checked_reward(func: Callable[..., Any], spec: str) -> CheckedReward:
     inner = func
     while isinstance(inner, functools.partial):
         inner = inner.func
-    is_async = inspect.iscoroutinefunction(inner) or inspect.iscoroutinefunction(getattr(inner, "__call__", None))
+    call = getattr(inner, "__call__", None)  # noqa: B004 (a callable object's own __call__ may be async)
+    is_async = inspect.iscoroutinefunction(inner) or inspect.iscoroutinefunction(call)
     return (AsyncCheckedReward if is_async else CheckedReward)(func, spec)
 
 

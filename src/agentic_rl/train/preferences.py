@@ -35,7 +35,8 @@ from agentic_rl.utils import log, set_seed, write_json, write_jsonl
 @dataclass
 class PreferencesConfig:
     model: str = setting("", "model that writes the candidates (an SFT model/ folder, a model dir or a hub id)")
-    dataset: str = setting("synthetic", "prompts: synthetic, gsm8k, a hub id, a local file/folder, or a registered name")
+    dataset: str = setting("synthetic", "prompts: synthetic, gsm8k, a hub id, a local file/folder, or a registered "
+                                        "name")
     split: str = setting("train", "dataset split the prompts come from")
     max_samples: int | None = setting(256, "prompts to sample from (random, seed); null: all")
     question_field: str | None = setting(None, "custom datasets: column holding the question")

@@ -37,8 +37,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, config_to_dict, format_config,
-                               report_to_list, setting)
+from agentic_rl.config import (
+    SEED_RANGE,
+    changed_from_default,
+    check_range,
+    config_to_dict,
+    format_config,
+    report_to_list,
+    setting,
+)
 from agentic_rl.data.synthetic import COPY_LAYOUTS
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
@@ -142,7 +149,8 @@ def build_corpus(config: PretrainConfig) -> list[str]:
     if config.exclude_test:
         test_questions = evaluation_questions("synthetic", config.exclude_test, config.synthetic_seed)
         if copy_lines:  # the copy lines also hold multiplication problems: keep that task's test split out too
-            test_questions += evaluation_questions("synthetic:multiplication", config.exclude_test, config.synthetic_seed)
+            test_questions += evaluation_questions("synthetic:multiplication", config.exclude_test,
+                                                   config.synthetic_seed)
     lines = arithmetic_corpus(config.corpus_lines - copy_lines, config.seed, exclude=test_questions)
     if copy_lines:
         lines += copy_corpus(copy_lines, config.seed, exclude=test_questions, layout=config.copy_layout)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import (SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, setting)
+from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, setting
 from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
 from agentic_rl.utils import has_gpu, iter_jsonl, log, set_seed, supports_bf16, warn, write_json
@@ -191,8 +191,15 @@ def load_reward_base(config: RewardModelConfig, *, conversational: bool):
     from transformers import AutoModelForSequenceClassification
 
     from agentic_rl.errors import ModelLoadError
-    from agentic_rl.models.loading import (check_weights_finite, from_pretrained, is_adapter_dir, load_tokenizer,
-                                           resolve_device, resolve_dtype, resolve_model_path)
+    from agentic_rl.models.loading import (
+        check_weights_finite,
+        from_pretrained,
+        is_adapter_dir,
+        load_tokenizer,
+        resolve_device,
+        resolve_dtype,
+        resolve_model_path,
+    )
 
     if not config.model:
         raise ConfigError("model is required: a causal LM directory such as runs/sft/model (--model)")

@@ -19,7 +19,8 @@ Algorithm:
    dropout, on q/k/v/o projections, optionally the MLP's gate/up/down) unless ``full`` is set.
 4. Optimisation: AdamW, linear warm-up over the first ``warmup_ratio`` of the steps, then linear decay to 0 (the
    Hello-Agents book's schedule). Loss, gradient norm and learning rate go to ``metrics.jsonl``
-   (``train/loss``, ``sft/mean_token_accuracy``, ...) and TensorBoard (``<run>/tensorboard``) or wandb; the health rules of ``train.monitoring`` print live warnings.
+   (``train/loss``, ``sft/mean_token_accuracy``, ...) and TensorBoard (``<run>/tensorboard``) or wandb; the health
+   rules of ``train.monitoring`` print live warnings.
 5. Output in the run directory: ``checkpoints/`` (for ``--resume``), ``adapter/`` (LoRA weights + tokenizer),
    ``model/`` (the adapter merged in with ``merge_and_unload``: a plain model directory later stages and export start
    from), ``config.yaml``,
@@ -49,14 +50,29 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, config_to_dict,
-                               format_config, report_to_list, setting)
+from agentic_rl.config import (
+    SEED_RANGE,
+    changed_from_default,
+    check_range,
+    config_to_dict,
+    format_config,
+    report_to_list,
+    setting,
+)
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
 from agentic_rl.train.logprobs import labelled_positions_only
-from agentic_rl.utils import (default_mixed_precision, has_gpu, log, set_seed, supports_bf16, warn, world_size,
-                              write_json)
+from agentic_rl.utils import (
+    default_mixed_precision,
+    has_gpu,
+    log,
+    set_seed,
+    supports_bf16,
+    warn,
+    world_size,
+    write_json,
+)
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
@@ -220,9 +236,8 @@ def _task_rows_and_validation(config: SFTConfig):
 def validation_rows(config: SFTConfig) -> list[dict[str, Any]]:
     """The validation slice (``eval_samples`` rows) as prompts the way this stage writes them: its system prompt,
     or with an environment the environment's."""
-    from agentic_rl.data import to_rl_dataset
-
     from agentic_rl.agent.settings import build_environment, environment_system_prompt
+    from agentic_rl.data import to_rl_dataset
 
     validation = _task_rows_and_validation(config)[1]
     env = build_environment(config).example if config.environment is not None else None
@@ -355,9 +370,9 @@ def prepare_model(config: SFTConfig):
     ``models.fingerprint``), recorded in the saved adapter; None when it cannot be known (a continued adapter that
     recorded none).
     """
-    from agentic_rl.models.fingerprint import read_base_fingerprint, weights_fingerprint
     from peft import LoraConfig, PeftModel, get_peft_model
 
+    from agentic_rl.models.fingerprint import read_base_fingerprint, weights_fingerprint
     from agentic_rl.models.loading import is_adapter_dir, load_model_and_tokenizer
 
     source = config.model
@@ -530,10 +545,13 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     rows_note = f"{len(dataset)} rows"
     if rows_available not in (None, len(dataset)):
         rows_note += f" (of {rows_available}: those {config.max_steps} steps reach)"
-    log(f"sft resolved: {'full fine-tuning' if config.full else f'LoRA r={config.lora_r} alpha={config.lora_alpha} on ' + ','.join(config.target_modules)}; "
+    trained = ("full fine-tuning" if config.full else
+               f"LoRA r={config.lora_r} alpha={config.lora_alpha} on " + ",".join(config.target_modules))
+    log(f"sft resolved: {trained}; "
         f"trainable {n_train:,} of {n_total:,} parameters ({n_train / max(n_total, 1):.2%}); device {device.type}, "
         f"dtype {next(model.parameters()).dtype}, bf16 {args.bf16}, activation checkpointing "
-        f"{args.activation_checkpointing}; {rows_note}, {'grouped by length, ' if config.group_by_length else ''}batch {config.batch_size} x accum "
+        f"{args.activation_checkpointing}; {rows_note}, {'grouped by length, ' if config.group_by_length else ''}"
+        f"batch {config.batch_size} x accum "
         f"{config.gradient_accumulation_steps}"
         f"{f' ({config.micro_batches} length-sorted passes per batch)' if config.micro_batches > 1 else ''}, "
         f"{'steps ' + str(steps) if steps else f'epochs {config.epochs:g}'}, lr {config.learning_rate:g} "

@@ -6,7 +6,7 @@ Kept apart from :mod:`agentic_rl.train.sft` so that reading the stage's config d
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import trl
 
