@@ -10,6 +10,7 @@ import yaml
 from agentic_rl.cli import main
 from agentic_rl.config import save_config
 from agentic_rl.errors import ConfigError
+from agentic_rl.locking import LOCK_FILE
 from agentic_rl.pipeline import QuickstartConfig, load_pipeline_config, preset_path, run_pipeline, run_quickstart
 
 
@@ -208,11 +209,12 @@ def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(t
         assert row.startswith(f"| {stage} | {numbers['accuracy']:.1%} | {numbers['accuracy_without_tools']:.1%} | "
                               f"{numbers['tool_call_rate']:.1%} |")
     assert questions["base"] == questions["sft"] == questions["grpo"]  # the same held-out problems for every stage
-    before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in out.rglob("*")}
+    # (the run-directory lock file says which run holds the directory: each run rewrites it, results stay)
+    before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in out.rglob("*") if p.name != LOCK_FILE}
     # Another seed does not reuse this run's stages (nor deletes them): it is an error naming the setting.
     with pytest.raises(ConfigError, match=r"other settings: seed \(0 -> 1\)"):
         run_quickstart(QuickstartConfig(preset="agentic", smoke=True, name="agentic", seed=1))
-    assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in out.rglob("*")} == before
+    assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in out.rglob("*") if p.name != LOCK_FILE} == before
 
 
 @pytest.mark.parametrize("preset, expected", [

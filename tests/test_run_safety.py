@@ -182,7 +182,7 @@ def test_overwrite_removes_every_output_an_earlier_grpo_run_wrote(tiny_model_dir
     import inspect
     import re
 
-    from agentic_rl.runs import FINISHED_MARKER, StageRun
+    from agentic_rl.runs import FINISHED_MARKER, StageRun, write_marker
     from agentic_rl.train import grpo, grpo_trainer
 
     source = inspect.getsource(grpo) + inspect.getsource(grpo_trainer)  # the stage and its trainer's callback
@@ -196,7 +196,8 @@ def test_overwrite_removes_every_output_an_earlier_grpo_run_wrote(tiny_model_dir
         else:
             (out / name).mkdir(parents=True)
             (out / name / "weights").write_text("from the earlier run")
-    StageRun(out, _grpo_config(tiny_model_dir, out), stage="grpo").claim()
+    write_marker(out, "grpo")  # the earlier run's marker
+    StageRun(out, _grpo_config(tiny_model_dir, out, overwrite=True), stage="grpo").claim()
     assert sorted(p.name for p in out.iterdir()) == sorted([RUN_MARKER, LOCK_FILE, "config.yaml"])
 
 
