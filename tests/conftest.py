@@ -70,12 +70,8 @@ def qwen3_shape_dir(tmp_path_factory) -> Path:
     block).
     """
     from agentic_rl.data.synthetic import default_tokenizer_corpus
-    from agentic_rl.models.tiny import (
-        QWEN3_STYLE_CHAT_TEMPLATE,
-        build_qwen3_shape_model,
-        save_model_dir,
-        train_tokenizer,
-    )
+    from agentic_rl.models.tiny import (QWEN3_STYLE_CHAT_TEMPLATE, build_qwen3_shape_model, save_model_dir,
+                                        train_tokenizer)
 
     path = tmp_path_factory.mktemp("qwen3_shape")
     tokenizer = train_tokenizer(default_tokenizer_corpus(2000, seed=1), vocab_size=512,

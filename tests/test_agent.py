@@ -15,14 +15,8 @@ from conftest import grpo_config, read_jsonl
 from agentic_rl.agent import rollout as rollout_mod
 from agentic_rl.agent.calculator_env import CalculatorEnv, calculator
 from agentic_rl.agent.env import ToolEnvironment, make_environment, register_environment, trajectory_return
-from agentic_rl.agent.rollout import (
-    RolloutSettings,
-    encode_episode,
-    episode_stats,
-    make_rollout_func,
-    run_episodes,
-    trajectory_return_reward,
-)
+from agentic_rl.agent.rollout import (RolloutSettings, encode_episode, episode_stats, make_rollout_func, run_episodes,
+                                      trajectory_return_reward)
 from agentic_rl.agent.tasks import agent_rows, demonstration, demonstration_examples
 from agentic_rl.agent.tool_format import ChatFormat, parse_tool_calls, render_tool_call
 from agentic_rl.agent.tools import Tool, ToolError, get_tool

@@ -9,14 +9,8 @@ import pytest
 
 from agentic_rl.cli import main
 from agentic_rl.errors import DataError
-from agentic_rl.eval.compare import (
-    bootstrap_mean_difference,
-    compare_runs,
-    mcnemar_exact,
-    per_problem_accuracy,
-    render_markdown,
-    wilson_interval,
-)
+from agentic_rl.eval.compare import (bootstrap_mean_difference, compare_runs, mcnemar_exact, per_problem_accuracy,
+                                     render_markdown, wilson_interval)
 
 
 def test_wilson_interval_matches_the_closed_form():

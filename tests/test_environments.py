@@ -14,20 +14,10 @@ import pytest
 
 from agentic_rl.agent import rollout as rollout_mod
 from agentic_rl.agent.calculator_env import CalculatorEnv
-from agentic_rl.agent.env import (
-    ENVIRONMENT_SETTINGS,
-    Environment,
-    environment_factory,
-    environment_settings_used,
-    register_environment,
-)
-from agentic_rl.agent.rollout import (
-    RolloutSettings,
-    encode_episode,
-    episode_stats,
-    prompt_with_observation,
-    run_episodes,
-)
+from agentic_rl.agent.env import (ENVIRONMENT_SETTINGS, Environment, environment_factory, environment_settings_used,
+                                  register_environment)
+from agentic_rl.agent.rollout import (RolloutSettings, encode_episode, episode_stats, prompt_with_observation,
+                                      run_episodes)
 from agentic_rl.agent.self_correct_env import DEFAULT_FEEDBACK, SelfCorrectEnv
 from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT, agent_rows, demonstration, environment_examples
 from agentic_rl.agent.tool_format import ChatFormat, render_tool_call

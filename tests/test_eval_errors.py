@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl.eval.error_analysis import (
-    CATEGORIES,
-    categorize,
-    question_numbers,
-    reference_intermediates,
-    summarize_errors,
-)
+from agentic_rl.eval.error_analysis import (CATEGORIES, categorize, question_numbers, reference_intermediates,
+                                            summarize_errors)
 
 # A GSM8K-shaped row as load_task_dataset returns it (steps without annotations, raw answer with them).
 ROW = {

@@ -8,16 +8,8 @@ import pytest
 import torch
 
 from agentic_rl.data.formats import build_prompt, render_prompt
-from agentic_rl.models.generate import (
-    GenerationResult,
-    _compact_supported,
-    _decode,
-    _next_tokens,
-    auto_batch_size,
-    generate_batched,
-    generate_one_by_one,
-    generate_token_ids,
-)
+from agentic_rl.models.generate import (GenerationResult, _compact_supported, _decode, _next_tokens, auto_batch_size,
+                                        generate_batched, generate_one_by_one, generate_token_ids)
 
 QUESTIONS = [
     "What is 2 + 3?",

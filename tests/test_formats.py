@@ -2,17 +2,8 @@
 
 import pytest
 
-from agentic_rl.data.formats import (
-    FINAL_ANSWER_PREFIX,
-    SYSTEM_PROMPT,
-    build_prompt,
-    chat_template_kwargs,
-    completion_message,
-    format_solution,
-    render_prompt,
-    rl_row,
-    sft_row,
-)
+from agentic_rl.data.formats import (FINAL_ANSWER_PREFIX, SYSTEM_PROMPT, build_prompt, chat_template_kwargs,
+                                     completion_message, format_solution, render_prompt, rl_row, sft_row)
 
 # A Qwen3-like template: the generation prompt closes an empty think block when thinking is off.
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"

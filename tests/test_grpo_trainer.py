@@ -12,16 +12,8 @@ import trl
 
 from agentic_rl.train import grpo_trainer
 from agentic_rl.train.grpo import GRPOConfig
-from agentic_rl.train.grpo_trainer import (
-    OVERRIDDEN_TRL_METHODS,
-    VARIANTS,
-    RLOOEpisodeTrainer,
-    RLOOTrainer,
-    SignalGRPOTrainer,
-    changed_trl_methods,
-    trl_arguments,
-    variant_for,
-)
+from agentic_rl.train.grpo_trainer import (OVERRIDDEN_TRL_METHODS, VARIANTS, RLOOEpisodeTrainer, RLOOTrainer,
+                                           SignalGRPOTrainer, changed_trl_methods, trl_arguments, variant_for)
 from agentic_rl.train.sft_trainer import LengthAwareTrainer
 
 TRAIN_DIR = Path(grpo_trainer.__file__).parent

@@ -9,15 +9,8 @@ import re
 import pytest
 
 from agentic_rl.data.formats import CALC_ANNOTATION, format_solution
-from agentic_rl.rewards import (
-    AccuracyReward,
-    FormatReward,
-    ProcessReward,
-    StepReward,
-    extract_answer,
-    is_correct,
-    parse_number,
-)
+from agentic_rl.rewards import (AccuracyReward, FormatReward, ProcessReward, StepReward, extract_answer, is_correct,
+                                parse_number)
 
 
 def _solution(answer: str) -> tuple[str, str]:

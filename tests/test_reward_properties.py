@@ -14,21 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentic_rl.rewards import (
-    AccuracyReward,
-    CalculatorError,
-    CombinedReward,
-    FormatReward,
-    LengthPenaltyReward,
-    ProcessReward,
-    StepReward,
-    check_equations,
-    count_steps,
-    extract_answer,
-    is_correct,
-    parse_number,
-    safe_eval,
-)
+from agentic_rl.rewards import (AccuracyReward, CalculatorError, CombinedReward, FormatReward, LengthPenaltyReward,
+                                ProcessReward, StepReward, check_equations, count_steps, extract_answer, is_correct,
+                                parse_number, safe_eval)
 
 REWARDS = [
     AccuracyReward(),

@@ -11,25 +11,10 @@ import pytest
 
 from agentic_rl.cli import main
 from agentic_rl.errors import ConfigError
-from agentic_rl.rewards import (
-    REWARDS,
-    AccuracyReward,
-    CombinedReward,
-    FormatReward,
-    LengthPenaltyReward,
-    ProcessReward,
-    StepReward,
-    accuracy_reward,
-    answers_match,
-    build_rewards,
-    completion_text,
-    extract_answer,
-    get_reward,
-    is_correct,
-    load_user_reward,
-    parse_number,
-    parse_reward_spec,
-)
+from agentic_rl.rewards import (REWARDS, AccuracyReward, CombinedReward, FormatReward, LengthPenaltyReward,
+                                ProcessReward, StepReward, accuracy_reward, answers_match, build_rewards,
+                                completion_text, extract_answer, get_reward, is_correct, load_user_reward, parse_number,
+                                parse_reward_spec)
 
 GOOD = "48 / 2 = 24\n48 + 24 = 72\nFinal Answer: 72"
 

@@ -11,17 +11,8 @@ from transformers import TrainerCallback
 from agentic_rl.config import config_from_args, load_config
 from agentic_rl.errors import ConfigError
 from agentic_rl.train.monitoring import HealthMonitor, default_rules, grad_explosion, metric_rising, resolve_report_to
-from agentic_rl.train.sft import (
-    SFTConfig,
-    build_sft_dataset,
-    length_bucketed_order,
-    length_sorted_steps,
-    prepare_model,
-    rows_reached,
-    run,
-    sft_trainer,
-    trainer_arguments,
-)
+from agentic_rl.train.sft import (SFTConfig, build_sft_dataset, length_bucketed_order, length_sorted_steps,
+                                  prepare_model, rows_reached, run, sft_trainer, trainer_arguments)
 
 FAST = dict(max_train_samples=48, synthetic_test_size=20, batch_size=8, logging_steps=1,
             report_to="none", max_length=256)

@@ -104,14 +104,8 @@ def test_each_preset_resolves_to_its_precision_setting(monkeypatch, preset, bf16
     """On a CPU with bf16 instructions the single-turn quickstart takes the stages' bf16 default, while the agentic
     preset's `bf16: false` holds in every training stage, its control included."""
     from agentic_rl import utils
-    from agentic_rl.pipeline import (
-        _section,
-        _stage_class,
-        _stage_config,
-        _train_defaults,
-        load_pipeline_config,
-        preset_path,
-    )
+    from agentic_rl.pipeline import (_section, _stage_class, _stage_config, _train_defaults, load_pipeline_config,
+                                     preset_path)
 
     monkeypatch.setattr(utils, "has_gpu", lambda: False)
     monkeypatch.setattr(utils, "cpu_computes_bf16", lambda: True)

@@ -6,13 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentic_rl.train.signal import (
-    concat_batches,
-    group_has_signal,
-    pass_rate_histogram,
-    select_by_pass_rate,
-    select_groups,
-)
+from agentic_rl.train.signal import (concat_batches, group_has_signal, pass_rate_histogram, select_by_pass_rate,
+                                     select_groups)
 
 
 def _batch(prompt_widths, completion_widths, advantages, pad=0):

@@ -5,13 +5,8 @@ from collections import Counter
 
 import pytest
 
-from agentic_rl.data.synthetic import (
-    arithmetic_corpus,
-    copy_corpus,
-    generate_synthetic,
-    multiplication_task,
-    synthetic_splits,
-)
+from agentic_rl.data.synthetic import (arithmetic_corpus, copy_corpus, generate_synthetic, multiplication_task,
+                                       synthetic_splits)
 from agentic_rl.errors import ConfigError
 
 ANNOTATED_LINE = re.compile(r"^(\d+) ([-+*/]) (\d+) = <<(\d+)([-+*/])(\d+)=(\d+)>>(\d+)$")

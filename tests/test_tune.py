@@ -19,16 +19,8 @@ import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 
 from agentic_rl.errors import ConfigError
-from agentic_rl.tune import (
-    TuneConfig,
-    grid_size,
-    grid_values,
-    optimize,
-    parse_param,
-    parse_space,
-    validate_space,
-    write_outputs,
-)
+from agentic_rl.tune import (TuneConfig, grid_size, grid_values, optimize, parse_param, parse_space, validate_space,
+                             write_outputs)
 
 # tune relies on Optuna's heartbeats and retry callback, which Optuna marks experimental.
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

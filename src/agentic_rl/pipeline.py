@@ -39,20 +39,9 @@ from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import check_keys, config_from_dict, format_config, read_yaml, save_config, setting
 from agentic_rl.errors import ConfigError
 from agentic_rl.locking import hold_run_lock
-from agentic_rl.runs import (
-    FINISHED_MARKER,
-    check_deletable,
-    check_run_name,
-    create_run_root,
-    delete_run_dir,
-    describe,
-    differing_keys,
-    finished_result,
-    has_run,
-    mark_finished,
-    settings_of,
-    stage_settings_mismatch,
-)
+from agentic_rl.runs import (FINISHED_MARKER, check_deletable, check_run_name, create_run_root, delete_run_dir,
+                             describe, differing_keys, finished_result, has_run, mark_finished, settings_of,
+                             stage_settings_mismatch)
 from agentic_rl.stages import PIPELINE_DEFAULTS, inherited_settings
 from agentic_rl.utils import log, warn, write_json
 

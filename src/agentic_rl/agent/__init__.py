@@ -16,18 +16,9 @@ demonstrations, :mod:`agentic_rl.train.sft`), ``grpo`` (multi-turn episodes, :mo
 (with and without tools, :mod:`agentic_rl.eval.evaluate`), and ``agentic-rl quickstart --preset agentic``.
 """
 
-from agentic_rl.agent.env import (
-                                  ENVIRONMENT_SETTINGS,
-                                  ENVIRONMENTS,
-                                  Environment,
-                                  StepResult,
-                                  ToolEnvironment,
-                                  environment_factory,
-                                  environment_settings_used,
-                                  make_environment,
-                                  register_environment,
-                                  trajectory_return,
-)
+from agentic_rl.agent.env import (ENVIRONMENT_SETTINGS, ENVIRONMENTS, Environment, StepResult, ToolEnvironment,
+                                  environment_factory, environment_settings_used, make_environment,
+                                  register_environment, trajectory_return)
 from agentic_rl.agent.tools import TOOLS, Tool, ToolError, get_tool, register_tool
 
 __all__ = ["ENVIRONMENT_SETTINGS", "environment_factory", "environment_settings_used", "ENVIRONMENTS", "Environment",

@@ -32,18 +32,8 @@ from functools import partial
 from typing import Any
 
 from agentic_rl.data.formats import CALC_ANNOTATION, FINAL_ANSWER_PREFIX, format_solution, last_message_index
-from agentic_rl.data.gsm8k import (
-    GSM8K_HUB_ID,
-    Records,
-    _looks_like_path,
-    _one_line,
-    is_number,
-    normalize_number,
-    parse_gsm8k_answer,
-    read_records,
-    rows_to_dataset,
-    sample_indices,
-)
+from agentic_rl.data.gsm8k import (GSM8K_HUB_ID, Records, _looks_like_path, _one_line, is_number, normalize_number,
+                                   parse_gsm8k_answer, read_records, rows_to_dataset, sample_indices)
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE, synthetic_splits
 from agentic_rl.errors import ConfigError, DataError
 

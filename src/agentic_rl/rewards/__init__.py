@@ -11,32 +11,12 @@
 * ``agentic-rl reward check FILE.jsonl`` — a per-sample breakdown of every reward component.
 """
 
-from agentic_rl.rewards.calculator import (
-                                           CalculatorError,
-                                           EquationCheck,
-                                           check_equations,
-                                           count_steps,
-                                           format_number,
-                                           safe_eval,
-)
-from agentic_rl.rewards.extraction import (
-                                           answers_match,
-                                           completion_text,
-                                           extract_answer,
-                                           find_final_answers,
-                                           is_correct,
-                                           math_verify_match,
-                                           parse_number,
-)
-from agentic_rl.rewards.functions import (
-                                           AccuracyReward,
-                                           CombinedReward,
-                                           FormatReward,
-                                           LengthPenaltyReward,
-                                           ProcessReward,
-                                           StepReward,
-                                           accuracy_reward,
-)
+from agentic_rl.rewards.calculator import (CalculatorError, EquationCheck, check_equations, count_steps, format_number,
+                                           safe_eval)
+from agentic_rl.rewards.extraction import (answers_match, completion_text, extract_answer, find_final_answers,
+                                           is_correct, math_verify_match, parse_number)
+from agentic_rl.rewards.functions import (AccuracyReward, CombinedReward, FormatReward, LengthPenaltyReward,
+                                          ProcessReward, StepReward, accuracy_reward)
 from agentic_rl.rewards.registry import REWARDS, build_rewards, get_reward, load_user_reward, parse_reward_spec
 
 __all__ = [

@@ -34,13 +34,8 @@ def load_reward_model(path: str | Path, *, device: str | None = None):
     ``cuda:$LOCAL_RANK``, when there is one, else the CPU)."""
     from transformers import AutoModelForSequenceClassification
 
-    from agentic_rl.models.loading import (
-        check_weights_finite,
-        from_pretrained,
-        load_tokenizer,
-        resolve_device,
-        resolve_dtype,
-    )
+    from agentic_rl.models.loading import (check_weights_finite, from_pretrained, load_tokenizer, resolve_device,
+                                           resolve_dtype)
 
     path = Path(path)
     if not (path / "config.json").is_file():

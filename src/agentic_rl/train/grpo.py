@@ -387,18 +387,9 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     if not config.model:
         raise ConfigError("model is required: an SFT output directory, a model directory or a hub id (--model)")
     started = time.time()
-    from agentic_rl.train.grpo_trainer import (
-        GRPOMonitor,
-        best_row,
-        build_trainer,
-        health_monitor,
-        load_policy,
-        peft_config_for,
-        record_trainable_parameters,
-        save_final_policy,
-        save_start,
-        trl_arguments,
-    )
+    from agentic_rl.train.grpo_trainer import (GRPOMonitor, best_row, build_trainer, health_monitor, load_policy,
+                                               peft_config_for, record_trainable_parameters, save_final_policy,
+                                               save_start, trl_arguments)
 
     out = stage_path(config.output_dir, "grpo")
     print(format_config(config, "grpo"), flush=True)

@@ -37,15 +37,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import (
-    SEED_RANGE,
-    changed_from_default,
-    check_range,
-    config_to_dict,
-    format_config,
-    report_to_list,
-    setting,
-)
+from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, config_to_dict, format_config,
+                               report_to_list, setting)
 from agentic_rl.data.synthetic import COPY_LAYOUTS
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path

@@ -191,15 +191,8 @@ def load_reward_base(config: RewardModelConfig, *, conversational: bool):
     from transformers import AutoModelForSequenceClassification
 
     from agentic_rl.errors import ModelLoadError
-    from agentic_rl.models.loading import (
-        check_weights_finite,
-        from_pretrained,
-        is_adapter_dir,
-        load_tokenizer,
-        resolve_device,
-        resolve_dtype,
-        resolve_model_path,
-    )
+    from agentic_rl.models.loading import (check_weights_finite, from_pretrained, is_adapter_dir, load_tokenizer,
+                                           resolve_device, resolve_dtype, resolve_model_path)
 
     if not config.model:
         raise ConfigError("model is required: a causal LM directory such as runs/sft/model (--model)")

@@ -50,29 +50,14 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import (
-    SEED_RANGE,
-    changed_from_default,
-    check_range,
-    config_to_dict,
-    format_config,
-    report_to_list,
-    setting,
-)
+from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, config_to_dict, format_config,
+                               report_to_list, setting)
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
 from agentic_rl.train.logprobs import labelled_positions_only
-from agentic_rl.utils import (
-    default_mixed_precision,
-    has_gpu,
-    log,
-    set_seed,
-    supports_bf16,
-    warn,
-    world_size,
-    write_json,
-)
+from agentic_rl.utils import (default_mixed_precision, has_gpu, log, set_seed, supports_bf16, warn, world_size,
+                              write_json)
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
