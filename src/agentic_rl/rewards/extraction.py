@@ -533,13 +533,18 @@ def _line_after(text: str, start: int) -> tuple[int, int, str]:
     stop = end if end != -1 else min(len(text), start + MAX_SPAN_CHARS)
     if text[start:stop].strip() or end == -1:
         return start, stop, text[start:stop].strip()
-    nxt = end + 1
+    nxt, stop = _next_line(text, end)
+    return nxt, stop, text[nxt:stop].strip()
+
+
+def _next_line(text: str, newline: int) -> tuple[int, int]:
+    """(start, end) of the first non-blank line after the line break at ``newline`` (bounded by MAX_SPAN_CHARS)."""
+    nxt = newline + 1
     limit = min(len(text), nxt + MAX_SPAN_CHARS)
     while nxt < limit and text[nxt].isspace():
         nxt += 1
-    stop = text.find("\n", nxt, limit)
-    stop = stop if stop != -1 else limit
-    return nxt, stop, text[nxt:stop].strip()
+    end = text.find("\n", nxt, limit)
+    return nxt, end if end != -1 else limit
 
 
 MAX_CONTINUATION_LINES = 3  # lines after an answer line read as part of it ("Final Answer: 18\nor 19")
@@ -574,12 +579,7 @@ def _with_continuation(text: str, stop: int, span: str) -> tuple[int, str]:
     for _ in range(MAX_CONTINUATION_LINES):
         if position >= len(text) or text[position] != "\n":
             break
-        nxt = position + 1
-        limit = min(len(text), nxt + MAX_SPAN_CHARS)
-        while nxt < limit and text[nxt].isspace():
-            nxt += 1
-        end = text.find("\n", nxt, limit)
-        end = end if end != -1 else limit
+        nxt, end = _next_line(text, position)
         line = text[nxt:end]
         if not line.strip() or "=" in line:
             break
