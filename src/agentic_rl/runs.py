@@ -371,21 +371,3 @@ def has_run(out: Path) -> bool:
     from agentic_rl.locking import LOCK_FILE
 
     return out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir())
-
-
-def stored_settings(path: Path) -> dict[str, Any] | None:
-    """Settings recorded in a pipeline stage marker (``stage.json``), else the stage's ``config.yaml``."""
-    if path.is_file():
-        data = read_json(path)
-        if isinstance(data, dict) and isinstance(data.get("settings"), dict):
-            return data["settings"]
-    config_yaml = path.parent / "config.yaml"
-    if config_yaml.is_file():
-        import yaml
-
-        try:
-            data = yaml.safe_load(config_yaml.read_text())
-        except yaml.YAMLError:
-            return None
-        return json.loads(json.dumps(data, default=str)) if isinstance(data, dict) else None
-    return None
