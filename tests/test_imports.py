@@ -17,7 +17,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("agentic_rl", "agentic_rl.errors", "agentic_rl.utils", "agentic_rl.config", "agentic_rl.runs",
      "agentic_rl.locking", "agentic_rl.stages"),
     # data: datasets and the prompt/answer formats that models, rewards and agents all speak (the tokenizer corpus too)
-    ("agentic_rl.data",),
+    ("agentic_rl.data", "agentic_rl.data.world"),
     # models: loading, the embedded tokenizer and base, generation; everything that runs a model builds on them
     ("agentic_rl.models",),
     # rewards: scoring completions; a learned reward model or judge loads its model through models/
