@@ -8,7 +8,7 @@ EXTRAS ?= test,wandb,hello-agents
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: quickstart test install clean
+.PHONY: quickstart test install clean embedded-base
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ quickstart: $(STAMP)
 TIERS ?= unit or stage
 test: $(STAMP)
 	$(PY) -m pytest -m "$(TIERS)" $(PYTEST_ARGS)
+
+# Rebuilds the embedded base shipped in the package (tens of CPU minutes; one thread, for a bit-identical rebuild).
+embedded-base: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) scripts/build_embedded_base.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,7 +1,7 @@
 """The post-training ladder in one command: (pretrain) -> eval -> SFT -> eval -> GRPO -> eval -> export -> report.
 
-``agentic-rl quickstart`` runs the embedded default on CPU with no network: a synthetic GSM8K-style task, a tokenizer
-and tiny Qwen3 base pretrained on arithmetic and worked word problems, SFT, GRPO with a verifiable reward, its
+``agentic-rl quickstart`` runs the embedded default on CPU with no network: a synthetic GSM8K-style task, the tiny
+Qwen3 base shipped with the package (``model: embedded``), SFT, GRPO with a verifiable reward, its
 compute-matched control (more SFT), evaluation of every stage on the same held-out problems, export, and a report.
 ``agentic-rl pipeline --config FILE`` runs the same ladder for any model and dataset (e.g.
 ``configs/qwen3-0.6b-gsm8k.yaml``), each stage switchable.
@@ -39,6 +39,7 @@ from agentic_rl.agent.settings import EnvironmentSettings
 from agentic_rl.config import check_keys, config_from_dict, format_config, read_yaml, save_config, setting
 from agentic_rl.errors import ConfigError
 from agentic_rl.locking import hold_run_lock
+from agentic_rl.models.embedded import EMBEDDED, describe_base
 from agentic_rl.runs import (FINISHED_MARKER, check_deletable, check_run_name, create_run_root, delete_run_dir,
                              describe, differing_keys, finished_result, has_run, mark_finished, settings_of,
                              stage_settings_mismatch)
@@ -47,8 +48,7 @@ from agentic_rl.utils import log, warn, write_json
 
 STAGES = ["pretrain", "sft", "grpo", "sft_continued", "export"]
 #: The ladder without the compute-matched control (which costs as much as GRPO): what a pipeline runs by default.
-DEFAULT_STAGES = ["pretrain", "sft", "grpo", "export"]
-EMBEDDED = "embedded"
+DEFAULT_STAGES = ["sft", "grpo", "export"]
 
 
 @dataclass
@@ -58,8 +58,9 @@ class PipelineConfig(EnvironmentSettings):
 
     name: str = setting("pipeline", "run name; outputs go to runs/<name>/ unless output_dir")
     output_dir: str | None = setting(None, "run directory (default runs/<name>)")
-    model: str = setting(EMBEDDED, "base model: a hub id (Qwen/Qwen3-0.6B), a local directory, or 'embedded' to "
-                                   "pretrain the tiny base")
+    model: str = setting(PIPELINE_DEFAULTS["model"], "base model: a hub id (Qwen/Qwen3-0.6B), a local directory, or 'embedded' (the "
+                                   "tiny base shipped with the package; with 'pretrain' in stages, a tiny base "
+                                   "pretrained by this run instead)")
     dataset: str = setting(PIPELINE_DEFAULTS["dataset"],
                            "task data: 'synthetic', a hub id (openai/gsm8k) or a local file/folder")
     seed: int = setting(PIPELINE_DEFAULTS["seed"], "random seed for data sampling, initialisation and training")
@@ -94,7 +95,7 @@ class PipelineConfig(EnvironmentSettings):
             raise ConfigError(f"stage '{next(s for s in self.stages if self.stages.count(s) > 1)}' is listed more "
                               "than once in 'stages'; list each stage once")
         if "pretrain" in self.stages and self.model != EMBEDDED:
-            raise ConfigError("stage 'pretrain' builds the embedded tiny base: set model: embedded, "
+            raise ConfigError("stage 'pretrain' builds a tiny base of its own: set model: embedded, "
                               "or drop 'pretrain' from stages to start from an existing model")
         if self.eval_samples < 1:
             raise ConfigError("eval_samples must be >= 1")
@@ -347,12 +348,13 @@ def _run_ladder(config: PipelineConfig, root: Path) -> dict[str, Any]:
     model_dir = config.model
     stage_models: dict[str, str] = {}
 
-    # --- 1. pretrain (embedded tiny base only) ----------------------------------------------------------------
+    # --- 1. pretrain (opt-in: a tiny base of this run's own instead of the shipped one) ----------------------------
     if "pretrain" in config.stages:
         values = _section_over_defaults(config, "pretrain", model_dir, root)
         _, result = _run_training_stage(config, "pretrain", root, values, summary)
         model_dir = result["model_dir"]
     stage_models["base"] = model_dir
+    summary["base"] = describe_base(model_dir if "pretrain" in config.stages else config.model)
     if config.evaluate_stages and ("sft" in config.stages or "grpo" in config.stages):
         _evaluate("base", model_dir, config, root, summary)
 

@@ -187,6 +187,10 @@ def write_pipeline_report(root: Path, summary: dict[str, Any]) -> Path:
     root = Path(root)
     lines = [f"# agentic-rl run: {summary.get('name', root.name)}", "",
              f"Seed {summary.get('seed')}; total wall time {summary.get('total_wall_time_s', 0):.0f} s.", ""]
+    base = summary.get("base")
+    if base:
+        digest = f" (weights sha256 `{base['sha256']}`)" if base.get("sha256") else ""
+        lines[-1:-1] = [f"Base model: `{base['base']}`{digest}."]
     evaluated = {name: stage for name, stage in summary["stages"].items() if isinstance(stage.get("metrics"), dict)}
     if evaluated:
         first = next(iter(evaluated.values()))["metrics"]

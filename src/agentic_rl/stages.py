@@ -22,9 +22,8 @@ from agentic_rl.errors import ConfigError
 #: overrides them); with an ``environment`` set, every environment setting too (:func:`inherited_settings`).
 PIPELINE_KEYS = ("model", "dataset", "seed", "synthetic_seed", "system_prompt")
 #: The pipeline's defaults of the top-level keys its stages inherit (``PipelineConfig`` declares its fields with
-#: them), so a stage run alone with a pipeline file that leaves one out resolves what the pipeline would. The model
-#: has none here: the pipeline's default builds the embedded base, which only its pretrain stage can.
-PIPELINE_DEFAULTS: dict[str, Any] = {"dataset": "synthetic", "seed": 0, "synthetic_seed": 0, "system_prompt": None,
+#: them), so a stage run alone with a pipeline file that leaves one out resolves what the pipeline would.
+PIPELINE_DEFAULTS: dict[str, Any] = {"model": "embedded", "dataset": "synthetic", "seed": 0, "synthetic_seed": 0, "system_prompt": None,
                                      "eval_samples": 500}
 
 

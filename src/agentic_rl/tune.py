@@ -224,9 +224,6 @@ def base_values(config: TuneConfig, cls: type) -> dict[str, Any]:
         data = read_yaml(config.base_config)
         if isinstance(data.get(config.stage), dict):  # a pipeline file: its stage section + shared top-level keys
             values.update(inherited_settings(data, config.stage, cls))
-            if values.get("model") == "embedded":
-                raise ConfigError(f"{config.base_config}: model 'embedded' is built by the pipeline's pretrain stage; "
-                                  f"give tune a model directory in fixed: {{model: runs/<name>/pretrain/model}}")
             data = data[config.stage]
         values.update({k.replace("-", "_"): v for k, v in data.items() if k != "output_dir"})
         _check_stage_keys(cls, list(values), config.base_config)

@@ -38,16 +38,29 @@ AGENT_SYSTEM_PROMPT = (
 )
 
 
-def tool_call_scaffold(n_lines: int, seed: int = 0) -> list[str]:
+def tool_call_scaffold(n_lines: int, seed: int = 0, *, every_tool: bool = False) -> list[str]:
     """Tokenizer-corpus lines that make tool calls few tokens: the agent system prompt, the role names and calculator
     calls as the model writes them, each in ``max(100, n_lines // 4)`` lines. BPE merges only what is frequent, so
     without them a call's JSON wrapper stays ~48 byte-level tokens (the context at an episode's second call ~200
-    tokens) instead of 18. Passed as ``scaffold`` to :func:`agentic_rl.data.synthetic.default_tokenizer_corpus`."""
+    tokens) instead of 18. Passed as ``scaffold`` to :func:`agentic_rl.data.synthetic.default_tokenizer_corpus`.
+    ``every_tool`` adds the calls of the search and memory tools (``search``, ``remember``, ``recall``) with names
+    from a fictional world, as often as the calculator's (the shipped base's tokenizer serves every environment)."""
     rng = random.Random(f"agentic-rl-tool-scaffold:{seed}")
     calls = max(100, n_lines // 4)  # as frequent as the corpus's common words, or their pairs win the merges
     lines = [AGENT_SYSTEM_PROMPT, "system\n", "user\n", "assistant\n"] * calls  # roles start every turn
     lines += [render_tool_call("calculator", {"expression": f"{rng.randint(2, 99)}{rng.choice('+-*')}"
                                                             f"{rng.randint(2, 99)}"}) for _ in range(calls)]
+    if every_tool:
+        from agentic_rl.data.world import corpus_world, note_text
+
+        world = corpus_world(seed, 0, namespace="tool-scaffold")
+        for _ in range(calls):
+            person = rng.choice(world.people)
+            relation = rng.choice(("born_in", "lives_in", "works_at", "mentor"))
+            lines += [render_tool_call("search", {"query": person}),
+                      render_tool_call("remember", {"key": person, "text": note_text(relation, world.get(person,
+                                                                                                       relation))}),
+                      render_tool_call("recall", {"key": person})]
     return lines
 
 

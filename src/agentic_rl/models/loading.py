@@ -5,7 +5,7 @@
 * **where**: a local directory first (a full model, or a PEFT adapter directory whose ``adapter_config.json`` names
   its base model), then the local Hugging Face cache, then the Hub — but only when the Hub is reachable. With
   ``HF_HUB_OFFLINE=1`` or no network the failure is immediate and one line long (no retry loop), suggesting a local
-  path or the embedded model;
+  path or the embedded model; ``embedded`` is the base shipped with the package (``models/embedded.py``);
 * **dtype**: ``"auto"`` means bf16 on a GPU that supports it, fp32 on CPU (and on GPUs without bf16 when training;
   fp16 for inference there);
 * **tokenizer**: a pad token is always set (the EOS token when the tokenizer has none); the chat template must exist,
@@ -35,8 +35,7 @@ from agentic_rl.utils import supports_bf16
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float16": "float16", "fp16": "float16", "half": "float16"}
-_EMBEDDED_HINT = ("pass a local model directory, or use the embedded model (`agentic-rl pretrain`, then pass its "
-                  "output directory)")
+_EMBEDDED_HINT = "pass a local model directory, or 'embedded' (the base shipped with the package)"
 
 
 def resolve_device(device: str | None = None) -> str:
@@ -98,6 +97,10 @@ def resolve_model_path(name: str) -> str:
     Nothing here touches the network except a single TCP connect with a 3 s timeout: transformers' own lookups
     retry for tens of seconds when offline (even with ``local_files_only``, for the adapter-config probe).
     """
+    from agentic_rl.models.embedded import EMBEDDED, embedded_base_dir
+
+    if name == EMBEDDED:
+        return str(embedded_base_dir())
     if Path(name).is_dir():
         return name
     if Path(name).exists() or name.startswith((".", "/", "~")):

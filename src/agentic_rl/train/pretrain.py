@@ -45,9 +45,13 @@ from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
 from agentic_rl.utils import default_mixed_precision, has_gpu, log, set_seed, write_json
 
 #: Pretraining corpora (``PretrainConfig.corpus``).
-CORPORA = ("arithmetic", "arithmetic+copy")
+CORPORA = ("arithmetic", "arithmetic+copy", "broad")
 
-#: What a run writes into its directory; an earlier run's copies are removed when a new run (not --resume) starts.
+#: The ``broad`` corpus (the shipped embedded base's): share of the lines of each kind. Every embedded task's skill is
+#: in it: the arithmetic lines (facts, chains, question sentences), word problems followed by their worked steps
+#: (single-turn answers) and by their calculator calls (tool calls), number lists to copy, and lines of fictional
+#: worlds (their passages, searches, notes and name lists) for the search and memory environments.
+BROAD_MIX = {"arithmetic": 0.25, "answer": 0.225, "call": 0.225, "lists": 0.1, "world": 0.2}
 
 
 @dataclass
@@ -56,11 +60,12 @@ class PretrainConfig:
                                            "<output_dir>/model")
     seed: int = setting(0, "random seed (corpus, initialisation, data order)")
     corpus_lines: int = setting(40000, "lines of synthetic pretraining text")
-    corpus: str = setting("arithmetic", "pretraining text: 'arithmetic' (facts, chains, question sentences) or "
+    corpus: str = setting("arithmetic", "pretraining text: 'arithmetic' (facts, chains, question sentences), "
                                         "'arithmetic+copy' (a share copy_fraction of the lines replaced by copy "
                                         "lines: questions followed by their calculator expressions, repeated number "
-                                        "lists; for the agentic quickstart, whose tool calls copy numbers)",
-                                        choices=list(CORPORA))
+                                        "lists) or 'broad' (the shipped embedded base's: arithmetic, worked "
+                                        "problems, calculator calls, number lists and fictional-world lines; "
+                                        "implies tool_call_tokens)", choices=list(CORPORA))
     copy_fraction: float = setting(0.75, "with corpus 'arithmetic+copy': share of the lines that are copy lines (two "
                                          "thirds of them questions with their expressions, one third repeated number "
                                          "lists)")
@@ -141,13 +146,32 @@ def build_corpus(config: PretrainConfig) -> list[str]:
     copy_lines = int(round(config.corpus_lines * config.copy_fraction)) if config.corpus == "arithmetic+copy" else 0
     if config.exclude_test:
         test_questions = evaluation_questions("synthetic", config.exclude_test, config.synthetic_seed)
-        if copy_lines:  # the copy lines also hold multiplication problems: keep that task's test split out too
+        if copy_lines or config.corpus == "broad":  # these also hold multiplication problems: keep that test out too
             test_questions += evaluation_questions("synthetic:multiplication", config.exclude_test,
                                                    config.synthetic_seed)
+    if config.corpus == "broad":
+        return broad_corpus(config.corpus_lines, config.seed, exclude=test_questions)
     lines = arithmetic_corpus(config.corpus_lines - copy_lines, config.seed, exclude=test_questions)
     if copy_lines:
         lines += copy_corpus(copy_lines, config.seed, exclude=test_questions, layout=config.copy_layout)
         random.Random(config.seed).shuffle(lines)
+    return lines
+
+
+def broad_corpus(n_lines: int, seed: int, *, exclude: list[str]) -> list[str]:
+    """The ``broad`` corpus: :data:`BROAD_MIX` of ``n_lines`` lines, shuffled (deterministic by seed)."""
+    from agentic_rl.data.synthetic import arithmetic_corpus, copy_corpus
+    from agentic_rl.data.world import world_corpus
+
+    counts = {kind: int(round(n_lines * share)) for kind, share in BROAD_MIX.items()}
+    counts["arithmetic"] += n_lines - sum(counts.values())
+    lines = arithmetic_corpus(counts["arithmetic"], seed, exclude=exclude)
+    # different seeds, so that the answer and the call layout write different problems
+    lines += copy_corpus(counts["answer"], seed, problem_fraction=1, exclude=exclude, layout="answer")
+    lines += copy_corpus(counts["call"], seed + 1, problem_fraction=1, exclude=exclude, layout="call")
+    lines += copy_corpus(counts["lists"], seed + 2, problem_fraction=0)
+    lines += world_corpus(counts["world"], seed)
+    random.Random(seed).shuffle(lines)
     return lines
 
 
@@ -247,7 +271,12 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     else:
         # the tokenizer also sees the system prompt and formatted solutions, so that those become few tokens
         n_extra, extra_seed = max(config.corpus_lines // 4, 500), config.seed + 1
-        scaffold = tool_call_scaffold(n_extra, extra_seed) if config.tool_call_tokens else []
+        broad = config.corpus == "broad"
+        scaffold = tool_call_scaffold(n_extra, extra_seed, every_tool=broad) if config.tool_call_tokens or broad else []
+        if broad:
+            from agentic_rl.data.world import world_tokenizer_lines
+
+            scaffold += world_tokenizer_lines(n_extra // 4, extra_seed)
         extra = default_tokenizer_corpus(n_extra, seed=extra_seed, scaffold=scaffold)
         tokenizer = train_tokenizer(lines + extra, vocab_size=config.vocab_size)
     blocks = pack_blocks(lines, tokenizer, config.seq_length)

@@ -38,7 +38,7 @@ Device defaults: ``use_cpu`` without a GPU; bf16 mixed precision (fp32 weights, 
 it and on a CPU with bf16 instructions (AVX512-BF16, AMX-BF16: 3-4x the fp32 matmul rate there), fp32 elsewhere;
 activation checkpointing on a GPU for models above 100M parameters. The resolved settings are printed.
 
-Run: ``agentic-rl sft --model runs/pretrain/model --output-dir runs/sft`` (add ``--full`` for full fine-tuning,
+Run: ``agentic-rl sft --model embedded --output-dir runs/sft`` (add ``--full`` for full fine-tuning,
 ``--resume`` to continue an interrupted run).
 """
 
@@ -70,8 +70,8 @@ SFT_SYNTHETIC_TRAIN_ROWS = 5000
 class SFTConfig(EnvironmentSettings):
     """Every setting of the SFT stage (the environment settings come from :class:`EnvironmentSettings`)."""
 
-    model: str = setting("runs/pretrain/model", "base model: Hub id or local directory (a model or a PEFT adapter "
-                                                "directory)")
+    model: str = setting("embedded", "base model: Hub id, local directory (a model or a PEFT adapter directory), "
+                                     "or 'embedded' (the tiny base shipped with the package)")
     dataset: str = setting("synthetic", "task data: synthetic, gsm8k, a Hub id, a local file/folder, or a registered "
                                         "name")
     split: str = setting("train", "dataset split to train on")
