@@ -24,9 +24,18 @@ from agentic_rl.train.sft import SFTConfig
 ])
 def test_the_cpu_default_follows_its_bf16_instructions(monkeypatch, capabilities, expected):
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: capabilities)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     monkeypatch.setattr(utils, "has_gpu", lambda: False)
     assert utils.cpu_computes_bf16() is expected
     assert utils.default_mixed_precision() is expected
+
+
+def test_kernels_restricted_to_avx2_count_as_a_cpu_without_bf16(monkeypatch):
+    """ATEN_CPU_CAPABILITY=avx2 (measuring what an AVX2-only CPU does) turns the bf16 default off."""
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx512_bf16": True, "amx_bf16": True})
+    monkeypatch.setattr(utils, "has_gpu", lambda: False)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert utils.default_mixed_precision() is False
 
 
 @pytest.mark.parametrize("gpu_bf16", [True, False])

@@ -83,9 +83,13 @@ def supports_bf16() -> bool:
 
 def cpu_computes_bf16() -> bool:
     """The CPU has bfloat16 dot-product instructions (AVX512-BF16 or AMX-BF16). There torch's bf16 matmuls run 3-4x
-    faster than fp32 (oneDNN); elsewhere they are emulated and slower, so mixed precision stays off."""
+    faster than fp32 (oneDNN); elsewhere they are emulated and slower, so mixed precision stays off. A process whose
+    torch kernels are restricted below AVX512 (``ATEN_CPU_CAPABILITY=avx2``, as when measuring what an AVX2-only CPU
+    does) counts as one without them."""
     import torch
 
+    if not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+        return False
     capabilities = torch.cpu.get_capabilities()
     return bool(capabilities.get("avx512_bf16") or capabilities.get("amx_bf16"))
 
