@@ -245,7 +245,8 @@ def score_completions(rows: list[dict[str, Any]], prompts: list[list[dict[str, s
 
 
 def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | None = None, tokenizer: Any = None,
-                   output_dir: str | Path | None = None, name: str | None = None, **overrides: Any) -> dict[str, Any]:
+                   output_dir: str | Path | None = None, name: str | None = None, progress: bool = False,
+                   **overrides: Any) -> dict[str, Any]:
     """Evaluate one model; returns the metrics dict with a ``predictions`` list (one record per completion).
 
     ``model_or_path``: a model object (``PreTrainedModel`` or ``PeftModel``; then ``tokenizer`` is required) or a
@@ -253,6 +254,7 @@ def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | Non
     ``datasets.Dataset``) with ``question`` and ``ground_truth``. Settings come from ``config`` and/or keyword
     overrides named like :class:`EvalConfig` fields (``eval_samples=32, max_new_tokens=128``); an unknown keyword
     is a :class:`ConfigError`. With ``output_dir`` the metrics, predictions and report are written there.
+    ``progress``: draw a progress bar over the generations (the ``eval`` command does).
     """
     from agentic_rl.eval.error_analysis import summarize_errors
     from agentic_rl.eval.metrics import compute_metrics
@@ -287,7 +289,8 @@ def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | Non
     generations = generate_batched(model, tokenizer, prompts, max_new_tokens=config.max_new_tokens,
                                    batch_size=config.batch_size, temperature=config.temperature,
                                    top_p=config.top_p, num_samples=config.num_samples, seed=config.seed,
-                                   enable_thinking=config.enable_thinking)
+                                   enable_thinking=config.enable_thinking,
+                                   progress=f"eval {name}" if progress else None)
     seconds = time.perf_counter() - start
     records = score_completions(rows, prompts, generations, config, tokenizer)
 
@@ -361,13 +364,15 @@ def run(config: EvalConfig) -> dict[str, Any]:
     """``agentic-rl eval MODEL [MODEL ...]``: evaluate each model on the same rows, write reports; returns
     ``{"output_dir": ..., "results": {display name: metrics}, "models": {model path as given: metrics}}`` (the
     same metrics dicts, without predictions; the headline number is ``accuracy_strict``)."""
-    from agentic_rl.config import format_config, save_config
+    from agentic_rl.config import save_config
+    from agentic_rl.console import announce
     from agentic_rl.eval.report import write_comparison_report
+    from agentic_rl.runs import stage_path
     from agentic_rl.utils import free_memory, log, run_dir, set_seed
 
     if not config.models:
         raise ConfigError("give at least one model to evaluate: agentic-rl eval MODEL_DIR [MODEL_DIR ...]")
-    print(format_config(config, "eval"))
+    announce("eval", config, stage_path(config.output_dir, "eval"))
     env_factory = None
     if config.environment is not None:  # a bad environment fails before anything is written
         from agentic_rl.agent.settings import build_environment
@@ -391,7 +396,7 @@ def run(config: EvalConfig) -> dict[str, Any]:
                 f"without; tool-call rate {metrics['tool_call_rate']:.3f} -> {model_dir}")
             free_memory()
             continue
-        metrics = evaluate_model(model_path, rows, config=config, output_dir=model_dir, name=name)
+        metrics = evaluate_model(model_path, rows, config=config, output_dir=model_dir, name=name, progress=True)
         results[name] = metrics
         log(f"{name}: accuracy {metrics['accuracy_strict']:.3f} (lenient {metrics['accuracy_lenient']:.3f}), "
             f"format {metrics['format_rate']:.3f}, truncated {metrics['truncation_rate']:.3f} -> {model_dir}")

@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, setting
+from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, report_to_list, setting
+from agentic_rl.console import announce
 from agentic_rl.errors import ConfigError
 from agentic_rl.eval.validation import SYNTHETIC_TRAIN_ROWS_AFTER_CARVING
 from agentic_rl.models.fingerprint import weights_fingerprint
@@ -392,7 +393,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
                                                save_start, trl_arguments)
 
     out = stage_path(config.output_dir, "grpo")
-    print(format_config(config, "grpo"), flush=True)
+    announce("grpo", config, out)
     # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
     stage_run = StageRun(out, config, stage="grpo")
     checkpoint = stage_run.check()
@@ -417,7 +418,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     if config.select_samples:
         train, selection = select_training_prompts(model, tokenizer, train, config)
 
-    from agentic_rl.train.monitoring import MetricsLogger, resolve_report_to
+    from agentic_rl.train.monitoring import MetricsLogger, StepCostCallback, resolve_report_to
 
     backends = resolve_report_to(list(config.report_to), out)  # checks the packages; wandb offline without a key
 
@@ -443,7 +444,8 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     trainer = build_trainer(config, env_factory=env_factory, out=out, demonstrations=demonstrations, model=model,
                             reward_funcs=funcs, args=trl_arguments(config, out, weights), train_dataset=train,
                             processing_class=tokenizer, peft_config=peft_config_for(config),
-                            callbacks=[monitor, *(callbacks or [])], logprob_chunk_rows=config.logprob_chunk_rows)
+                            callbacks=[monitor, StepCostCallback(), *(callbacks or [])],
+                            logprob_chunk_rows=config.logprob_chunk_rows)
     monitor.attach(trainer)
     trainable = record_trainable_parameters(trainer.model, out / "trainable_parameters.txt")
 

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, setting
+from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, report_to_list, setting
+from agentic_rl.console import announce
 from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
 from agentic_rl.utils import has_gpu, iter_jsonl, log, set_seed, supports_bf16, warn, write_json
@@ -230,7 +231,7 @@ def trainer_arguments(config: RewardModelConfig, out: Path, report_to: list[str]
         save_strategy="steps", save_steps=config.save_steps, save_total_limit=config.save_total_limit,
         report_to=report_to, use_cpu=not gpu, bf16=gpu and supports_bf16(), dataloader_num_workers=0,
         # TRL turns activation checkpointing on by default: on a CPU it only costs time.
-        activation_checkpointing=gpu, disable_tqdm=True,
+        activation_checkpointing=gpu, disable_tqdm=False,
     )
 
 
@@ -253,11 +254,12 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     from peft import PeftModel
 
     from agentic_rl.models.loading import count_parameters
-    from agentic_rl.train.monitoring import HealthCallback, MetricsCallback, MetricsLogger, resolve_report_to
+    from agentic_rl.train.monitoring import (HealthCallback, MetricsCallback, MetricsLogger, StepCostCallback,
+                                             resolve_report_to)
 
     start = time.time()
     out = stage_path(config.output_dir, "reward-model")
-    print(format_config(config, "reward-model"), flush=True)
+    announce("reward-model", config, out)
     # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
     stage_run = StageRun(out, config, stage="reward-model")
     checkpoint = stage_run.check()
@@ -278,7 +280,7 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     trainer = trl.RewardTrainer(model=model, args=trainer_arguments(config, out, ["none"]),  # via metrics_logger
                                 train_dataset=datasets.Dataset.from_list(train_rows), processing_class=tokenizer,
                                 peft_config=peft_config_for(config),
-                                callbacks=[health, MetricsCallback(metrics_logger, "reward_model"),
+                                callbacks=[health, MetricsCallback(metrics_logger, "reward_model"), StepCostCallback(),
                                            *(callbacks or [])])
     n_train, n_total = count_parameters(trainer.model)
     log(f"reward model: {len(train_rows)} training pairs ({'conversational' if conversational else 'text'}), "

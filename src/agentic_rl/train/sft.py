@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, config_to_dict, format_config,
-                               report_to_list, setting)
+from agentic_rl.config import SEED_RANGE, changed_from_default, check_range, config_to_dict, report_to_list, setting
+from agentic_rl.console import announce
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
@@ -491,11 +491,12 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     ``callbacks`` are extra ``TrainerCallback``s (tests, hyper-parameter search pruning).
     """
     from agentic_rl.models.loading import count_parameters
-    from agentic_rl.train.monitoring import HealthCallback, MetricsCallback, MetricsLogger, resolve_report_to
+    from agentic_rl.train.monitoring import (HealthCallback, MetricsCallback, MetricsLogger, StepCostCallback,
+                                             resolve_report_to)
 
     start = time.time()
     out = stage_path(config.output_dir, "sft")
-    print(format_config(config, "sft"), flush=True)
+    announce("sft", config, out)
     # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
     stage_run = StageRun(out, config, stage="sft")
     resume_from = stage_run.check()
@@ -524,7 +525,8 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     args = trainer_arguments(config, out, ["none"], n_total)  # metrics go through metrics_logger
     health = HealthCallback()
     trainer = sft_trainer(config, model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                          callbacks=[health, MetricsCallback(metrics_logger, "sft"), *(callbacks or [])])
+                          callbacks=[health, MetricsCallback(metrics_logger, "sft"), StepCostCallback(),
+                                     *(callbacks or [])])
     steps = trainer.args.max_steps if trainer.args.max_steps > 0 else None
     device = next(model.parameters()).device
     rows_note = f"{len(dataset)} rows"
@@ -563,9 +565,13 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     paths = save_outputs(trainer, tokenizer, out, full=config.full, merge=config.merge)
     metrics["wall_time_s"] = round(time.time() - start, 1)
     write_json(out / "metrics.json", metrics)
-    log(f"sft done in {metrics['wall_time_s']} s, step {metrics['global_step']}: loss "
-        f"{metrics['train/first_loss']} -> {metrics['train/last_loss']}; adapter {paths['adapter_dir']}, "
-        f"model {paths['model_dir']}")
+    first, last = metrics["train/first_loss"], metrics["train/last_loss"]
+    # no loss was logged when the run was shorter than logging_steps: the mean training loss says enough then
+    loss = (f"loss {first:.4g} -> {last:.4g}" if first is not None and last is not None else
+            f"mean loss {train_out.training_loss:.4g}")
+    saved = ", ".join(f"{kind} {paths[key]}" for kind, key in (("adapter", "adapter_dir"), ("model", "model_dir"))
+                      if paths.get(key))
+    log(f"sft done in {metrics['wall_time_s']} s, step {metrics['global_step']}: {loss}; {saved}")
     return stage_run.finish({"run_dir": str(out), **paths, "model_dir": paths["model_dir"] or paths["adapter_dir"],
                            "metrics": metrics})
 
