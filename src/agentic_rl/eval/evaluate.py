@@ -99,6 +99,9 @@ class EvalConfig(EnvironmentSettings):
         if not self.pass_at_k:
             ks = {1, self.num_samples} | {2**i for i in range(1, 12) if 2**i <= self.num_samples}
             self.pass_at_k = sorted(ks)
+        from agentic_rl.rewards.registry import check_reward_specs
+
+        check_reward_specs(self.rewards)  # a misspelt name fails here, not after every completion was generated
         self.check_environment_settings()
         if self.environment is not None:
             if self.num_samples > 1 or self.temperature > 0:
@@ -368,24 +371,46 @@ def run(config: EvalConfig) -> dict[str, Any]:
     from agentic_rl.console import announce
     from agentic_rl.eval.report import write_comparison_report
     from agentic_rl.runs import stage_path
-    from agentic_rl.utils import free_memory, log, run_dir, set_seed
+    from agentic_rl.utils import log, run_dir, set_seed
 
     if not config.models:
         raise ConfigError("give at least one model to evaluate: agentic-rl eval MODEL_DIR [MODEL_DIR ...]")
-    announce("eval", config, stage_path(config.output_dir, "eval"))
+    out = stage_path(config.output_dir, "eval")  # not created yet
+    announce("eval", config, out)
     env_factory = None
     if config.environment is not None:  # a bad environment fails before anything is written
         from agentic_rl.agent.settings import build_environment
 
         env_factory = build_environment(config)
+    set_seed(config.seed)
+    rows = load_rows(config)  # a bad dataset fails here, before the run directory is touched
+    created, earlier_config = not out.exists(), _read_bytes(out / "config.yaml")
     out = run_dir(config.output_dir, "eval")
     save_config(config, out / "config.yaml")
-    set_seed(config.seed)
-    rows = load_rows(config)
     log(f"evaluating {len(config.models)} model(s) on {len(rows)} problems from {config.dataset} ({config.split})")
 
     names = _unique_names(config.models)
     results: dict[str, dict[str, Any]] = {}
+    try:
+        _evaluate_each(config, rows, env_factory, out, names, results)
+    except BaseException:
+        if not results:  # nothing evaluated yet: leave the directory as it was before this run
+            _restore(out, created, earlier_config)
+        raise
+    if len(results) > 1 and env_factory is None:
+        path = write_comparison_report(results, out)
+        log(f"comparison: {path}")
+    summary = {name: {k: v for k, v in m.items() if k != "predictions"} for name, m in results.items()}
+    return {"output_dir": str(out), "results": summary,
+            "models": {path: summary[name] for path, name in zip(config.models, names)}}
+
+
+def _evaluate_each(config: EvalConfig, rows: list[dict[str, Any]], env_factory: Any, out: Path, names: list[str],
+                   results: dict[str, dict[str, Any]]) -> None:
+    """Evaluate each model of ``config`` into ``out`` (its own folder when there are several), adding its metrics to
+    ``results`` as it finishes."""
+    from agentic_rl.utils import free_memory, log
+
     for model_path, name in zip(config.models, names):
         model_dir = out if len(config.models) == 1 else out / name.replace("/", "_")
         if env_factory is not None:
@@ -401,12 +426,23 @@ def run(config: EvalConfig) -> dict[str, Any]:
         log(f"{name}: accuracy {metrics['accuracy_strict']:.3f} (lenient {metrics['accuracy_lenient']:.3f}), "
             f"format {metrics['format_rate']:.3f}, truncated {metrics['truncation_rate']:.3f} -> {model_dir}")
         free_memory()
-    if len(results) > 1 and env_factory is None:
-        path = write_comparison_report(results, out)
-        log(f"comparison: {path}")
-    summary = {name: {k: v for k, v in m.items() if k != "predictions"} for name, m in results.items()}
-    return {"output_dir": str(out), "results": summary,
-            "models": {path: summary[name] for path, name in zip(config.models, names)}}
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+def _restore(out: Path, created: bool, earlier_config: bytes | None) -> None:
+    """Undo what a failed ``eval`` wrote before any model was evaluated: the directory it created, or the
+    ``config.yaml`` it wrote into an existing one (an earlier run's is put back)."""
+    import shutil
+
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+    elif earlier_config is not None:
+        (out / "config.yaml").write_bytes(earlier_config)
+    else:
+        (out / "config.yaml").unlink(missing_ok=True)
 
 
 def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]], config: EvalConfig, env_factory,

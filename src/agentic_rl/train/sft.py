@@ -520,49 +520,53 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
             f"{counts['skip_tool']} answered directly under its prompt, {counts['direct']} without it")
     # Only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded.
     stage_run.claim()
-    metrics_logger = MetricsLogger(out, report, config=config_to_dict(config), resume=resume_from is not None)
-    n_train, n_total = count_parameters(model)
-    args = trainer_arguments(config, out, ["none"], n_total)  # metrics go through metrics_logger
-    health = HealthCallback()
-    trainer = sft_trainer(config, model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                          callbacks=[health, MetricsCallback(metrics_logger, "sft"), StepCostCallback(),
-                                     *(callbacks or [])])
-    steps = trainer.args.max_steps if trainer.args.max_steps > 0 else None
-    device = next(model.parameters()).device
-    rows_note = f"{len(dataset)} rows"
-    if rows_available not in (None, len(dataset)):
-        rows_note += f" (of {rows_available}: those {config.max_steps} steps reach)"
-    trained = ("full fine-tuning" if config.full else
-               f"LoRA r={config.lora_r} alpha={config.lora_alpha} on " + ",".join(config.target_modules))
-    log(f"sft resolved: {trained}; "
-        f"trainable {n_train:,} of {n_total:,} parameters ({n_train / max(n_total, 1):.2%}); device {device.type}, "
-        f"dtype {next(model.parameters()).dtype}, bf16 {args.bf16}, activation checkpointing "
-        f"{args.activation_checkpointing}; {rows_note}, {'grouped by length, ' if config.group_by_length else ''}"
-        f"batch {config.batch_size} x accum "
-        f"{config.gradient_accumulation_steps}"
-        f"{f' ({config.micro_batches} length-sorted passes per batch)' if config.micro_batches > 1 else ''}, "
-        f"{'steps ' + str(steps) if steps else f'epochs {config.epochs:g}'}, lr {config.learning_rate:g} "
-        f"({config.lr_scheduler_type}, warm-up {config.warmup_ratio:.0%})")
+    try:  # a failure before the first checkpoint leaves the directory as it was (StageRun.abandon)
+        metrics_logger = MetricsLogger(out, report, config=config_to_dict(config), resume=resume_from is not None)
+        n_train, n_total = count_parameters(model)
+        args = trainer_arguments(config, out, ["none"], n_total)  # metrics go through metrics_logger
+        health = HealthCallback()
+        trainer = sft_trainer(config, model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                              callbacks=[health, MetricsCallback(metrics_logger, "sft"), StepCostCallback(),
+                                         *(callbacks or [])])
+        steps = trainer.args.max_steps if trainer.args.max_steps > 0 else None
+        device = next(model.parameters()).device
+        rows_note = f"{len(dataset)} rows"
+        if rows_available not in (None, len(dataset)):
+            rows_note += f" (of {rows_available}: those {config.max_steps} steps reach)"
+        trained = ("full fine-tuning" if config.full else
+                   f"LoRA r={config.lora_r} alpha={config.lora_alpha} on " + ",".join(config.target_modules))
+        log(f"sft resolved: {trained}; "
+            f"trainable {n_train:,} of {n_total:,} parameters ({n_train / max(n_total, 1):.2%}); device {device.type}, "
+            f"dtype {next(model.parameters()).dtype}, bf16 {args.bf16}, activation checkpointing "
+            f"{args.activation_checkpointing}; {rows_note}, {'grouped by length, ' if config.group_by_length else ''}"
+            f"batch {config.batch_size} x accum "
+            f"{config.gradient_accumulation_steps}"
+            f"{f' ({config.micro_batches} length-sorted passes per batch)' if config.micro_batches > 1 else ''}, "
+            f"{'steps ' + str(steps) if steps else f'epochs {config.epochs:g}'}, lr {config.learning_rate:g} "
+            f"({config.lr_scheduler_type}, warm-up {config.warmup_ratio:.0%})")
 
-    try:
-        with labelled_positions_only():  # the loss's LM head over completion tokens only, not the prompt's too
-            train_out = trainer.train(resume_from_checkpoint=resume_from)
-    finally:
-        metrics_logger.close()
+        try:
+            with labelled_positions_only():  # the loss's LM head over completion tokens only, not the prompt's too
+                train_out = trainer.train(resume_from_checkpoint=resume_from)
+        finally:
+            metrics_logger.close()
 
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    metrics: dict[str, Any] = {
-        "train/loss": train_out.training_loss,
-        "train/first_loss": losses[0] if losses else None,
-        "train/last_loss": losses[-1] if losses else None,
-        "global_step": trainer.state.global_step,
-        "resumed_from": resume_from,
-        "trainable_parameters": n_train,
-        "total_parameters": n_total,
-        "train_rows": len(dataset),
-        "health_warnings": health.monitor.warnings,
-    }
-    paths = save_outputs(trainer, tokenizer, out, full=config.full, merge=config.merge)
+        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        metrics: dict[str, Any] = {
+            "train/loss": train_out.training_loss,
+            "train/first_loss": losses[0] if losses else None,
+            "train/last_loss": losses[-1] if losses else None,
+            "global_step": trainer.state.global_step,
+            "resumed_from": resume_from,
+            "trainable_parameters": n_train,
+            "total_parameters": n_total,
+            "train_rows": len(dataset),
+            "health_warnings": health.monitor.warnings,
+        }
+        paths = save_outputs(trainer, tokenizer, out, full=config.full, merge=config.merge)
+    except BaseException:
+        stage_run.abandon()
+        raise
     metrics["wall_time_s"] = round(time.time() - start, 1)
     write_json(out / "metrics.json", metrics)
     first, last = metrics["train/first_loss"], metrics["train/last_loss"]
