@@ -128,3 +128,21 @@ def test_an_error_during_training_starts_on_its_own_line(monkeypatch, capsys, in
     before, _, after = err.partition(message)
     assert before.endswith("\n") and after.count("\n") == 1 and after.endswith("\n"), repr(err)  # nothing after it
     assert type(sys.stderr).__name__ != "_LineTracker"  # the command hands stderr back
+
+
+def test_the_cost_is_measured_on_the_second_step_of_this_run_and_printed_once(monkeypatch, capsys):
+    import time
+    from types import SimpleNamespace
+
+    from agentic_rl.train.monitoring import StepCostCallback
+
+    callback = StepCostCallback()
+    state = SimpleNamespace(global_step=10, max_steps=20, is_world_process_zero=True)  # resumed at step 10
+    callback.on_train_begin(None, state, None)
+    clock = iter([100.0, 103.0])  # the ends of steps 11 and 12
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    for step in (11, 12, 13, 14):
+        state.global_step = step
+        callback.on_step_end(None, state, None)
+    costs = COST.findall(capsys.readouterr().err)
+    assert costs == [("8", "3.00", "0.4")]  # 8 steps left x 3 s = 24 s

@@ -53,6 +53,9 @@ _LABELS = {"model_preset": "preset", "corpus_lines": "corpus lines", "seq_length
            "num_generations": "group", "max_completion_length": "completion tokens", "eval_samples": "samples",
            "num_samples": "samples per prompt", "max_new_tokens": "new tokens", "dataset": "data"}
 
+#: Values a summary leaves out: they say nothing beyond the usual case.
+_UNREMARKABLE = {"gradient_accumulation_steps": 1, "num_samples": 1, "algorithm": "grpo"}
+
 _state = {"verbose": False, "line_open": False}
 
 
@@ -72,7 +75,7 @@ def summary_line(stage: str, config: Any, out: str | Path | None = None, keys: t
             continue
         if key == "epochs" and (values.get("max_steps") or -1) > 0:
             continue  # the step count decides
-        if key == "gradient_accumulation_steps" and value == 1:
+        if key in _UNREMARKABLE and value == _UNREMARKABLE[key]:
             continue
         if isinstance(value, float):
             value = f"{value:g}"

@@ -415,7 +415,7 @@ def _evaluate_each(config: EvalConfig, rows: list[dict[str, Any]], env_factory: 
         model_dir = out if len(config.models) == 1 else out / name.replace("/", "_")
         if env_factory is not None:
             metrics = evaluate_model_in_environment(model_path, rows, config, env_factory, output_dir=model_dir,
-                                                    name=name)
+                                                    name=name, progress=True)
             results[name] = metrics
             log(f"{name}: accuracy {metrics['accuracy']:.3f} with tools, {metrics['accuracy_without_tools']:.3f} "
                 f"without; tool-call rate {metrics['tool_call_rate']:.3f} -> {model_dir}")
@@ -447,14 +447,15 @@ def _restore(out: Path, created: bool, earlier_config: bytes | None) -> None:
 
 def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]], config: EvalConfig, env_factory,
                                   *, tokenizer: Any = None, output_dir: str | Path | None = None,
-                                  name: str | None = None, without_tools: bool = True) -> dict[str, Any]:
+                                  name: str | None = None, without_tools: bool = True,
+                                  progress: bool = False) -> dict[str, Any]:
     """Greedy episodes in ``config.environment`` with its tools and without them
     (:func:`agentic_rl.eval.episodes.evaluate_episodes`); returns the metrics: ``accuracy`` (with tools; also under
     ``accuracy_strict``, the single-turn headline name), ``accuracy_without_tools``, the tool and environment
     statistics of the with-tools episodes at the top level and both settings under ``with_tools`` /
     ``without_tools`` (``without_tools=False`` skips that setting: tune scores trials with tools only). With
     ``output_dir``: ``metrics.json``, ``episodes_with_tools.jsonl``, ``episodes_without_tools.jsonl`` and
-    ``report.md``."""
+    ``report.md``. ``progress``: draw a progress bar over the episodes (the ``eval`` command does)."""
     from agentic_rl.agent.settings import environment_system_prompt
     from agentic_rl.data.formats import resolve_system_prompt
     from agentic_rl.eval.episodes import evaluate_episodes
@@ -479,7 +480,8 @@ def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]]
         settings[key], episodes[key] = evaluate_episodes(
             model, tokenizer, rows, env_factory, tools=tools, tools_in_prompt=config.tools_in_prompt,
             max_turn_tokens=config.max_turn_tokens, max_completion_length=config.max_new_tokens,
-            batch_size=config.batch_size or 64, system_prompt=prompts[tools])
+            batch_size=config.batch_size or 64, system_prompt=prompts[tools],
+            progress=f"eval {name} ({key.replace('_', ' ')})" if progress else None)
     with_tools = settings["with_tools"]
     metrics: dict[str, Any] = {
         "model": name, "environment": config.environment, "num_prompts": len(rows),

@@ -76,7 +76,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 @dataclass
 class GRPOConfig(EnvironmentSettings):
-    """Every setting of the GRPO stage. ``None`` means "the preset's value"; the resolved value is printed.
+    """Every setting of the GRPO stage. ``None`` means "the preset's value"; the resolved value is in ``config.yaml``.
 
     The environment settings (``environment``, ``max_turns``, ...) come from :class:`EnvironmentSettings`."""
 
