@@ -26,6 +26,17 @@ def _plant(monkeypatch, module: str, run) -> None:
     monkeypatch.setattr(importlib.import_module(module), "run", run)
 
 
+@pytest.mark.parametrize("command", ["pretrain", "sft", "grpo", "reward-model", "preferences", "eval", "tune",
+                                     "export", "quickstart", "pipeline"])
+def test_every_stage_command_takes_verbose(command):
+    from agentic_rl.cli import build_parser
+
+    parser = build_parser(only=command)
+    assert "--verbose" in parser.command_flags
+    args = parser.parse_args([command, "--verbose"])
+    assert args._verbose is True and parser.parse_args([command])._verbose is False
+
+
 def test_the_summary_line_holds_the_key_settings_on_one_line(tmp_path):
     config = sft_config("models/base", tmp_path / "sft", learning_rate=2e-4)
     line = summary_line("sft", config, tmp_path / "sft")

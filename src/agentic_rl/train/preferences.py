@@ -176,8 +176,9 @@ def run(config: PreferencesConfig) -> dict[str, Any]:
     pairs_path = write_jsonl(out / "pairs.jsonl", pairs)
     write_jsonl(out / "samples.jsonl", samples)
     write_json(out / "stats.json", stats)
+    mean = "n/a" if stats["mean_score"] is None else f"{stats['mean_score']:.4g}"
     log(f"preferences done in {stats['wall_time_s']} s: {len(pairs)} pairs from {len(rows)} prompts "
-        f"({ties} skipped: best and worst scored alike), mean score {stats['mean_score']}; {pairs_path}")
+        f"({ties} skipped: best and worst scored alike), mean score {mean}; {pairs_path}")
     if not pairs:
         log("no pairs: every prompt's samples scored alike; sample more (num_samples), raise the temperature, or "
             "use a judge with finer scores")
