@@ -8,7 +8,7 @@ import sys
 import warnings
 
 import pytest
-from conftest import eval_config, sft_config
+from conftest import eval_config, grpo_config, sft_config
 
 from agentic_rl.cli import main
 from agentic_rl.config import save_config
@@ -157,3 +157,27 @@ def test_the_cost_is_measured_on_the_second_step_of_this_run_and_printed_once(mo
         callback.on_step_end(None, state, None)
     costs = COST.findall(capsys.readouterr().err)
     assert costs == [("8", "3.00", "0.4")]  # 8 steps left x 3 s = 24 s
+
+
+FAILING_REWARD = '''
+calls = []
+
+
+def fails_on_the_second_batch(completions, **kwargs):
+    calls.append(len(completions))
+    if len(calls) == 2:
+        raise ValueError("the scoring service went away")
+    return [0.0] * len(completions)
+'''
+
+
+def test_grpo_failing_mid_training_prints_its_error_on_its_own_line(tiny_model_dir, tmp_path, capsys,
+                                                                    make_user_module):
+    module = make_user_module("console_failing_reward", FAILING_REWARD)
+    config = grpo_config(tiny_model_dir, tmp_path / "grpo", max_steps=3,
+                         rewards=[f"{module}:fails_on_the_second_batch"])
+    assert main(["grpo", "--config", str(save_config(config, tmp_path / "grpo.yaml"))]) == 2
+    err = capsys.readouterr().err
+    before, found, after = err.partition("error: ")
+    assert found and "the scoring service went away" in after and len(after.strip().splitlines()) == 1, err
+    assert "1/3" in before and before.endswith("\n"), repr(before[-300:])  # the bar was drawn; the error is below it
