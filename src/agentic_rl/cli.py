@@ -2,7 +2,8 @@
 
 Every stage module exposes a typed ``Config`` dataclass and a ``run(config)`` function; flags are generated from the
 config's fields (so ``--help`` lists every setting with its help and default), ``--config FILE.yaml`` loads values that
-flags then override, and user errors print as one line instead of a traceback.
+flags then override, ``--verbose`` prints every resolved setting and the libraries' warnings
+(:mod:`agentic_rl.console`), and user errors print as one line instead of a traceback, on a line of their own.
 """
 
 from __future__ import annotations
