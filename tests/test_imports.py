@@ -12,10 +12,10 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: The package's floors, bottom first: a module may import modules of its own floor and of the floors below it.
 #: An entry is a module or a subpackage (with everything in it); the package's own ``__init__`` is ``agentic_rl``.
 FLOORS: list[tuple[str, ...]] = [
-    # foundation: errors, helpers, the typed settings, run directories (and their lock) and the stage table (module
-    # names as strings, imported only when a stage runs), which every floor reads
+    # foundation: errors, helpers, the typed settings, run directories (and their lock), the stage table (module
+    # names as strings, imported only when a stage runs) and what a stage prints, which every floor reads
     ("agentic_rl", "agentic_rl.errors", "agentic_rl.utils", "agentic_rl.config", "agentic_rl.runs",
-     "agentic_rl.locking", "agentic_rl.stages"),
+     "agentic_rl.locking", "agentic_rl.stages", "agentic_rl.console"),
     # data: datasets and the prompt/answer formats that models, rewards and agents all speak (the tokenizer corpus too)
     ("agentic_rl.data", "agentic_rl.data.world"),
     # models: loading, the embedded tokenizer and base, generation; everything that runs a model builds on them

@@ -205,8 +205,12 @@ def test_a_misspelt_reward_leaves_a_finished_grpo_run_byte_identical(finished_gr
     from agentic_rl.train.grpo import run
 
     before = _snapshot(finished_grpo)
-    with pytest.raises(ConfigError, match="already holds a finished grpo run.*--resume.*--overwrite"):
+    # The reward names are checked as the config is built, before the run directory is even looked at.
+    with pytest.raises(ConfigError, match=r"unknown reward 'accuracyy' \(did you mean 'accuracy'\?\)"):
         run(_grpo_config(tiny_model_dir, finished_grpo, rewards=["accuracyy"]))
+    assert _snapshot(finished_grpo) == before
+    with pytest.raises(ConfigError, match="already holds a finished grpo run.*--resume.*--overwrite"):
+        run(_grpo_config(tiny_model_dir, finished_grpo))
     assert _snapshot(finished_grpo) == before
     # Even with --overwrite nothing goes before the rewards (and model and data) have loaded.
     with pytest.raises(ConfigError, match="unknown reward 'accuracyy'"):

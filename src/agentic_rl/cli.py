@@ -2,7 +2,8 @@
 
 Every stage module exposes a typed ``Config`` dataclass and a ``run(config)`` function; flags are generated from the
 config's fields (so ``--help`` lists every setting with its help and default), ``--config FILE.yaml`` loads values that
-flags then override, and user errors print as one line instead of a traceback.
+flags then override, ``--verbose`` prints every resolved setting and the libraries' warnings
+(:mod:`agentic_rl.console`), and user errors print as one line instead of a traceback, on a line of their own.
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         p.add_argument("--config", dest="_config_file", metavar="FILE.yaml", default=None,
                        help="YAML file with settings for this command (flags given here override it)")
-        parser.command_flags = ["--config", "--help", *add_config_arguments(p, config_cls)]
+        p.add_argument("--verbose", dest="_verbose", action="store_true", default=False,
+                       help="print every resolved setting (not only the one-line summary; they are in the run "
+                            "directory's config.yaml either way) and the libraries' own warnings")
+        parser.command_flags = ["--config", "--verbose", "--help", *add_config_arguments(p, config_cls)]
     return parser
 
 
@@ -67,27 +71,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 0
         from agentic_rl.config import config_from_args
+        from agentic_rl.console import console_session
 
         config_cls, run, _ = _load_command(args.command)
         config = config_from_args(config_cls, args, yaml_path=args._config_file, section=args.command)
-        run(config)
+        with console_session(verbose=args._verbose):
+            run(config)
         return 0
     except AgenticRLError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        message = f"error: {exc}"
     except OSError as exc:
         from agentic_rl.models.loading import DISK_FULL_ERRNOS
 
         if exc.errno not in DISK_FULL_ERRNOS:
             raise
         # e.g. a checkpoint the trainer writes mid-run (model folders are saved whole or not at all)
-        print(f"error: the disk is full ({exc.filename or 'while writing'}); free some space and run the same "
-              "command with --resume", file=sys.stderr)
-        return 2
+        message = (f"error: the disk is full ({exc.filename or 'while writing'}); free some space and run the same "
+                   "command with --resume")
     except KeyboardInterrupt:
         print("\ninterrupted: checkpoints saved so far are kept; run the same command with --resume to continue",
               file=sys.stderr)
         return 130
+    _end_progress_line()  # outside the handler: the failed run's objects (and their progress bars) are released
+    print(message, file=sys.stderr)
+    return 2
+
+
+def _end_progress_line() -> None:
+    """Let the error start on its own line: progress bars of the failed run are closed (collected) and a line that
+    a bar left open is ended."""
+    import gc
+
+    from agentic_rl.console import end_open_line
+
+    gc.collect()
+    end_open_line()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -415,7 +415,7 @@ def save_config(config: Any, path: str | Path) -> Path:
 
 
 def format_config(config: Any, title: str | None = None) -> str:
-    """A readable block of every resolved setting, printed at the start of each stage."""
+    """A readable block of every resolved setting (what a stage prints with ``--verbose``)."""
     data = config_to_dict(config)
     width = max((len(k) for k in data), default=0)
     lines = [f"== {title or type(config).__name__} (resolved) =="]

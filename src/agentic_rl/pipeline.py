@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import check_keys, config_from_dict, format_config, read_yaml, save_config, setting
+from agentic_rl.config import check_keys, config_from_dict, read_yaml, save_config, setting
+from agentic_rl.console import announce
 from agentic_rl.errors import ConfigError
 from agentic_rl.locking import hold_run_lock
 from agentic_rl.models.embedded import EMBEDDED, describe_base
@@ -326,7 +327,7 @@ def _run_training_stage(config: PipelineConfig, name: str, root: Path, values: d
 
 def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     root = Path(config.output_dir) if config.output_dir else Path("runs") / config.name
-    print(format_config(config, "pipeline"))
+    announce("pipeline", config, root)
     _check_sections(config, root)  # the whole configuration first: nothing is deleted or written before it passes
     if config.fresh and root.exists():
         check_deletable(root, "pipeline")  # only a run directory we created, never the cwd, home or a parent

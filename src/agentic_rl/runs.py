@@ -23,7 +23,11 @@ Every stage goes through one :class:`StageRun`::
     resume_from = run.check()      # before anything is loaded: may it run here, and from which checkpoint
     ...                            # load the model, data and rewards (a bad setting fails here, nothing written)
     run.claim()                    # an earlier run's outputs go (unless resuming); marker and config.yaml written
-    ...                            # train
+    try:
+        ...                        # train
+    except BaseException:
+        run.abandon()              # no checkpoint yet: what this run wrote goes, the next run starts clean
+        raise
     run.finish(result)             # stage.json: the stage finished, with its result and settings
 
 The model a stage produced is in ``<stage>/model/`` (:data:`MODEL_FOLDER`) whatever the stage.
@@ -220,7 +224,8 @@ class StageRun:
         self.finished_path = self.out / FINISHED_MARKER
         self.resume_from: str | None = None
         self.started = time.time()
-        self._lock = ExitStack()  # the run directory's lock, held from claim() to finish()
+        self.created_dir = False  # claim() made the directory (abandon() may then remove it)
+        self._lock = ExitStack()  # the run directory's lock, held from claim() to finish() or abandon()
 
     def check(self, *, announce: bool = True) -> str | None:
         """Decide, without touching the disk, what the stage may do in its directory; returns the checkpoint to
@@ -286,6 +291,7 @@ class StageRun:
         from agentic_rl.locking import hold_run_lock
 
         out = self.out
+        self.created_dir = not out.exists()
         out.mkdir(parents=True, exist_ok=True)
         # One run per directory: a second run refuses in one line. Checked again under the lock, since another run
         # may have finished (or claimed the directory) between this run's check() and now.
@@ -306,6 +312,25 @@ class StageRun:
         if dataclasses.is_dataclass(self.config):
             save_config(self.config, out / "config.yaml")
         return out
+
+    def abandon(self) -> None:
+        """The stage failed after :meth:`claim`. Checkpoints it saved stay for ``--resume``, and so does everything of
+        a resumed run; otherwise what this run wrote goes (its outputs, and its marker and ``config.yaml`` when
+        nothing else is left beside them), and the directory too when this run created it, so that the next run
+        starts as if this one had not. Nothing the run did not write is removed. The lock is released."""
+        try:
+            saved = _checkpoint_dirs(self.checkpoints) if self.checkpoints is not None else []
+            if self.resume_from is not None or saved or not self.out.is_dir():
+                return
+            remove_outputs(self.out, self.outputs)
+            from agentic_rl.locking import LOCK_FILE
+
+            if {p.name for p in self.out.iterdir()} <= {RUN_MARKER, "config.yaml", LOCK_FILE}:
+                remove_outputs(self.out, (RUN_MARKER, "config.yaml"))
+        finally:
+            self._lock.close()
+        if self.created_dir and not has_run(self.out):
+            shutil.rmtree(self.out, ignore_errors=True)  # at most the lock file this run created
 
     def finish(self, result: dict[str, Any]) -> dict[str, Any]:
         """Mark the stage finished: :data:`FINISHED_MARKER` with ``result`` (plus the wall time since this object

@@ -48,6 +48,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from agentic_rl import tune_trials
 from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, read_yaml, setting
+from agentic_rl.console import announce
 from agentic_rl.errors import ConfigError, TrainingError
 from agentic_rl.stages import inherited_settings
 from agentic_rl.tune_trials import Objective, make_objective
@@ -372,8 +373,8 @@ def run(config: TuneConfig) -> dict[str, Any]:
     out = run_dir(config.output_dir, f"tune-{config.stage}")
     url = config.storage or f"sqlite:///{(out / 'study.db').resolve()}"
     (out / "tune_config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
-    log(f"tune {config.stage}: {config.search} search over {', '.join(space)}; {n_trials} trials in study "
-        f"{config.study_name!r} at {url}")
+    announce("tune", config, line=f"tune {config.stage}: {config.search} search over {', '.join(space)}; {n_trials} "
+             f"trials in study {config.study_name!r} at {url}")
     trials_dir = tune_trials.study_trials_dir(open_study(config, url), str(config.study_name), out)
     objective = make_objective(config, cls, stage_run, base, trials_dir, keep_models=config.keep_models)
     worker = optimize(config, space, objective, url, n_trials, trials_dir=trials_dir)

@@ -112,12 +112,16 @@ def free_memory() -> None:
 
 
 def log(message: str) -> None:
-    """Console line for a stage (stderr keeps stdout clean for machine-readable output)."""
-    print(f"[agentic-rl {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    """Console line for a stage (stderr keeps stdout clean for machine-readable output), written above a running
+    progress bar rather than into its line."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(f"[agentic-rl {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr)
+    sys.stderr.flush()
 
 
 def warn(message: str) -> None:
-    print(f"[agentic-rl {time.strftime('%H:%M:%S')}] WARNING: {message}", file=sys.stderr, flush=True)
+    log(f"WARNING: {message}")
 
 
 def write_json(path: str | Path, data: Any) -> Path:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentic_rl.config import setting
+from agentic_rl.console import announce
 from agentic_rl.errors import ConfigError, ModelLoadError
 from agentic_rl.runs import MODEL_FOLDER
 from agentic_rl.utils import log, write_json
@@ -330,7 +331,7 @@ def run(config: ExportConfig) -> Path:
     resolved = resolve_source(source, config.stage)
     out = Path(config.out)
     _prepare_out(out, resolved, config.overwrite)
-    log(f"export: loading {resolved}")
+    announce("export", config, line=f"export: loading {resolved} (dtype {config.dtype}) -> {out}")
 
     model, tokenizer, info = load_merged(resolved, dtype=config.dtype, base_model=config.base_model,
                                          trust_remote_code=config.trust_remote_code)

@@ -21,14 +21,19 @@ from typing import Any
 def evaluate_episodes(model, tokenizer, rows: list[dict[str, Any]], env_factory: Callable[[], Any], *,
                       tools: bool = True, tools_in_prompt: bool = True, max_turn_tokens: int = 48,
                       max_completion_length: int = 192, batch_size: int = 64, system_prompt: str | None = None,
-                      ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+                      progress: str | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """``(stats, episodes)`` of one greedy episode per row.
 
     ``rows`` need ``question`` and ``ground_truth``; with tools a row's ``prompt`` (messages) is used as is, otherwise
     the prompt is built from the question with ``system_prompt`` (the system message itself, as
     :func:`agentic_rl.data.formats.resolve_system_prompt` resolves a stage's setting; None: no system message).
-    The model is put in eval mode and back in train mode if it was training.
+    The model is put in eval mode and back in train mode if it was training. ``progress``: the label of a progress
+    bar over the episodes (None: no bar).
     """
+    import sys
+
+    from tqdm.auto import tqdm
+
     from agentic_rl.agent.rollout import RolloutSettings, episode_stats, run_episodes
     from agentic_rl.data.formats import build_prompt
 
@@ -42,6 +47,7 @@ def evaluate_episodes(model, tokenizer, rows: list[dict[str, Any]], env_factory:
     was_training = model.training
     model.eval()
     trajectories, prompts = [], []
+    bar = tqdm(total=len(rows), desc=progress, unit="episode", disable=progress is None, file=sys.stderr)
     try:
         for start in range(0, len(rows), batch_size):
             chunk = rows[start:start + batch_size]
@@ -53,7 +59,9 @@ def evaluate_episodes(model, tokenizer, rows: list[dict[str, Any]], env_factory:
             chunk_prompts = [prompt_of(r) for r in chunk]
             prompts += chunk_prompts
             trajectories += run_episodes(model, tokenizer, envs, [dict(r) for r in chunk], chunk_prompts, settings)
+            bar.update(len(chunk))
     finally:
+        bar.close()
         if was_training:
             model.train()
     episodes = [{"question": r.get("question"), "ground_truth": str(r.get("ground_truth")), **t.summary()}

@@ -99,6 +99,9 @@ class EvalConfig(EnvironmentSettings):
         if not self.pass_at_k:
             ks = {1, self.num_samples} | {2**i for i in range(1, 12) if 2**i <= self.num_samples}
             self.pass_at_k = sorted(ks)
+        from agentic_rl.rewards.registry import check_reward_specs
+
+        check_reward_specs(self.rewards)  # a misspelt name fails here, not after every completion was generated
         self.check_environment_settings()
         if self.environment is not None:
             if self.num_samples > 1 or self.temperature > 0:
@@ -245,7 +248,8 @@ def score_completions(rows: list[dict[str, Any]], prompts: list[list[dict[str, s
 
 
 def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | None = None, tokenizer: Any = None,
-                   output_dir: str | Path | None = None, name: str | None = None, **overrides: Any) -> dict[str, Any]:
+                   output_dir: str | Path | None = None, name: str | None = None, progress: bool = False,
+                   **overrides: Any) -> dict[str, Any]:
     """Evaluate one model; returns the metrics dict with a ``predictions`` list (one record per completion).
 
     ``model_or_path``: a model object (``PreTrainedModel`` or ``PeftModel``; then ``tokenizer`` is required) or a
@@ -253,6 +257,7 @@ def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | Non
     ``datasets.Dataset``) with ``question`` and ``ground_truth``. Settings come from ``config`` and/or keyword
     overrides named like :class:`EvalConfig` fields (``eval_samples=32, max_new_tokens=128``); an unknown keyword
     is a :class:`ConfigError`. With ``output_dir`` the metrics, predictions and report are written there.
+    ``progress``: draw a progress bar over the generations (the ``eval`` command does).
     """
     from agentic_rl.eval.error_analysis import summarize_errors
     from agentic_rl.eval.metrics import compute_metrics
@@ -287,7 +292,8 @@ def evaluate_model(model_or_path: Any, dataset: Any, *, config: EvalConfig | Non
     generations = generate_batched(model, tokenizer, prompts, max_new_tokens=config.max_new_tokens,
                                    batch_size=config.batch_size, temperature=config.temperature,
                                    top_p=config.top_p, num_samples=config.num_samples, seed=config.seed,
-                                   enable_thinking=config.enable_thinking)
+                                   enable_thinking=config.enable_thinking,
+                                   progress=f"eval {name}" if progress else None)
     seconds = time.perf_counter() - start
     records = score_completions(rows, prompts, generations, config, tokenizer)
 
@@ -361,41 +367,36 @@ def run(config: EvalConfig) -> dict[str, Any]:
     """``agentic-rl eval MODEL [MODEL ...]``: evaluate each model on the same rows, write reports; returns
     ``{"output_dir": ..., "results": {display name: metrics}, "models": {model path as given: metrics}}`` (the
     same metrics dicts, without predictions; the headline number is ``accuracy_strict``)."""
-    from agentic_rl.config import format_config, save_config
+    from agentic_rl.config import save_config
+    from agentic_rl.console import announce
     from agentic_rl.eval.report import write_comparison_report
-    from agentic_rl.utils import free_memory, log, run_dir, set_seed
+    from agentic_rl.runs import stage_path
+    from agentic_rl.utils import log, run_dir, set_seed
 
     if not config.models:
         raise ConfigError("give at least one model to evaluate: agentic-rl eval MODEL_DIR [MODEL_DIR ...]")
-    print(format_config(config, "eval"))
+    out = stage_path(config.output_dir, "eval")  # not created yet
+    announce("eval", config, out)
     env_factory = None
     if config.environment is not None:  # a bad environment fails before anything is written
         from agentic_rl.agent.settings import build_environment
 
         env_factory = build_environment(config)
+    set_seed(config.seed)
+    rows = load_rows(config)  # a bad dataset fails here, before the run directory is touched
+    created, earlier_config = not out.exists(), _read_bytes(out / "config.yaml")
     out = run_dir(config.output_dir, "eval")
     save_config(config, out / "config.yaml")
-    set_seed(config.seed)
-    rows = load_rows(config)
     log(f"evaluating {len(config.models)} model(s) on {len(rows)} problems from {config.dataset} ({config.split})")
 
     names = _unique_names(config.models)
     results: dict[str, dict[str, Any]] = {}
-    for model_path, name in zip(config.models, names):
-        model_dir = out if len(config.models) == 1 else out / name.replace("/", "_")
-        if env_factory is not None:
-            metrics = evaluate_model_in_environment(model_path, rows, config, env_factory, output_dir=model_dir,
-                                                    name=name)
-            results[name] = metrics
-            log(f"{name}: accuracy {metrics['accuracy']:.3f} with tools, {metrics['accuracy_without_tools']:.3f} "
-                f"without; tool-call rate {metrics['tool_call_rate']:.3f} -> {model_dir}")
-            free_memory()
-            continue
-        metrics = evaluate_model(model_path, rows, config=config, output_dir=model_dir, name=name)
-        results[name] = metrics
-        log(f"{name}: accuracy {metrics['accuracy_strict']:.3f} (lenient {metrics['accuracy_lenient']:.3f}), "
-            f"format {metrics['format_rate']:.3f}, truncated {metrics['truncation_rate']:.3f} -> {model_dir}")
-        free_memory()
+    try:
+        _evaluate_each(config, rows, env_factory, out, names, results)
+    except BaseException:
+        if not results:  # nothing evaluated yet: leave the directory as it was before this run
+            _restore(out, created, earlier_config)
+        raise
     if len(results) > 1 and env_factory is None:
         path = write_comparison_report(results, out)
         log(f"comparison: {path}")
@@ -404,16 +405,57 @@ def run(config: EvalConfig) -> dict[str, Any]:
             "models": {path: summary[name] for path, name in zip(config.models, names)}}
 
 
+def _evaluate_each(config: EvalConfig, rows: list[dict[str, Any]], env_factory: Any, out: Path, names: list[str],
+                   results: dict[str, dict[str, Any]]) -> None:
+    """Evaluate each model of ``config`` into ``out`` (its own folder when there are several), adding its metrics to
+    ``results`` as it finishes."""
+    from agentic_rl.utils import free_memory, log
+
+    for model_path, name in zip(config.models, names):
+        model_dir = out if len(config.models) == 1 else out / name.replace("/", "_")
+        if env_factory is not None:
+            metrics = evaluate_model_in_environment(model_path, rows, config, env_factory, output_dir=model_dir,
+                                                    name=name, progress=True)
+            results[name] = metrics
+            log(f"{name}: accuracy {metrics['accuracy']:.3f} with tools, {metrics['accuracy_without_tools']:.3f} "
+                f"without; tool-call rate {metrics['tool_call_rate']:.3f} -> {model_dir}")
+            free_memory()
+            continue
+        metrics = evaluate_model(model_path, rows, config=config, output_dir=model_dir, name=name, progress=True)
+        results[name] = metrics
+        log(f"{name}: accuracy {metrics['accuracy_strict']:.3f} (lenient {metrics['accuracy_lenient']:.3f}), "
+            f"format {metrics['format_rate']:.3f}, truncated {metrics['truncation_rate']:.3f} -> {model_dir}")
+        free_memory()
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+def _restore(out: Path, created: bool, earlier_config: bytes | None) -> None:
+    """Undo what a failed ``eval`` wrote before any model was evaluated: the directory it created, or the
+    ``config.yaml`` it wrote into an existing one (an earlier run's is put back)."""
+    import shutil
+
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+    elif earlier_config is not None:
+        (out / "config.yaml").write_bytes(earlier_config)
+    else:
+        (out / "config.yaml").unlink(missing_ok=True)
+
+
 def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]], config: EvalConfig, env_factory,
                                   *, tokenizer: Any = None, output_dir: str | Path | None = None,
-                                  name: str | None = None, without_tools: bool = True) -> dict[str, Any]:
+                                  name: str | None = None, without_tools: bool = True,
+                                  progress: bool = False) -> dict[str, Any]:
     """Greedy episodes in ``config.environment`` with its tools and without them
     (:func:`agentic_rl.eval.episodes.evaluate_episodes`); returns the metrics: ``accuracy`` (with tools; also under
     ``accuracy_strict``, the single-turn headline name), ``accuracy_without_tools``, the tool and environment
     statistics of the with-tools episodes at the top level and both settings under ``with_tools`` /
     ``without_tools`` (``without_tools=False`` skips that setting: tune scores trials with tools only). With
     ``output_dir``: ``metrics.json``, ``episodes_with_tools.jsonl``, ``episodes_without_tools.jsonl`` and
-    ``report.md``."""
+    ``report.md``. ``progress``: draw a progress bar over the episodes (the ``eval`` command does)."""
     from agentic_rl.agent.settings import environment_system_prompt
     from agentic_rl.data.formats import resolve_system_prompt
     from agentic_rl.eval.episodes import evaluate_episodes
@@ -438,7 +480,8 @@ def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]]
         settings[key], episodes[key] = evaluate_episodes(
             model, tokenizer, rows, env_factory, tools=tools, tools_in_prompt=config.tools_in_prompt,
             max_turn_tokens=config.max_turn_tokens, max_completion_length=config.max_new_tokens,
-            batch_size=config.batch_size or 64, system_prompt=prompts[tools])
+            batch_size=config.batch_size or 64, system_prompt=prompts[tools],
+            progress=f"eval {name} ({key.replace('_', ' ')})" if progress else None)
     with_tools = settings["with_tools"]
     metrics: dict[str, Any] = {
         "model": name, "environment": config.environment, "num_prompts": len(rows),

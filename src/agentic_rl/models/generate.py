@@ -28,6 +28,7 @@ top_k=20``) are overridden explicitly: what the caller asks for is what runs.
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -123,7 +124,7 @@ ENGINES = ("auto", "compact", "padded")
 
 def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int, stop_ids: list[int], pad_id: int,
                        temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, batch_size: int | None = None,
-                       engine: str = "auto") -> list[list[int]]:
+                       engine: str = "auto", progress: str | None = None) -> list[list[int]]:
     """New tokens for each token context, in order, each cut just after its first stop token (kept).
 
     The one decoding function of the project (evaluation, GRPO's held-out checks, GRPO's sampling with
@@ -135,6 +136,8 @@ def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int,
     from the batch, so a step costs about what the sequences still running cost; ``padded`` is ``model.generate`` on
     padded batches, which carries finished rows to the end of the batch; ``auto`` is ``compact`` wherever the model
     allows it (a decoder-only model with plain full-attention cache layers), else ``padded``.
+
+    ``progress``: the label of a progress bar (with a time estimate) over the contexts; None draws none.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
@@ -154,7 +157,10 @@ def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int,
     sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k)
     results: list[list[int]] = [[] for _ in contexts]
     stops = set(stop_ids)
-    with torch.inference_mode():
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(contexts), desc=progress, unit="seq", disable=progress is None, file=sys.stderr)
+    with torch.inference_mode(), bar:
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
             new = decode(model, [contexts[i] for i in idx], max_new_tokens=max_new_tokens, stop_ids=stop_ids,
@@ -162,6 +168,7 @@ def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int,
             for i, ids in zip(idx, new.tolist()):  # (len(idx), <= max_new_tokens), stop-then-padding at the end
                 cut = next((k + 1 for k, t in enumerate(ids) if t in stops), len(ids))
                 results[i] = ids[:cut]
+            bar.update(len(idx))
     return results
 
 
@@ -364,7 +371,7 @@ def _next_tokens(logits, temperature: float, top_p: float, top_k: int):
 def generate_batched(model, tokenizer, prompts: list[list[dict[str, str]]], *, max_new_tokens: int,
                      batch_size: int | None = None, temperature: float = 0.0, top_p: float = 1.0,
                      num_samples: int = 1, seed: int = 0, enable_thinking: bool = False, engine: str = "auto",
-                     ) -> list[list[GenerationResult]]:
+                     progress: str | None = None) -> list[list[GenerationResult]]:
     """Generate ``num_samples`` completions for each conversational prompt; returns one list per prompt, in order.
 
     Example (a trained model)::
@@ -372,8 +379,8 @@ def generate_batched(model, tokenizer, prompts: list[list[dict[str, str]]], *, m
         results = generate_batched(model, tok, [build_prompt("What is 2 + 3?")], max_new_tokens=32)
         results[0][0]  # GenerationResult(text='2 + 3 = 5\\nFinal Answer: 5', num_tokens=12, truncated=False)
 
-    ``engine`` is :func:`generate_token_ids`'s. The model is put in eval mode for the call and returned to the mode
-    it was in (training loops call this).
+    ``engine`` and ``progress`` (a progress bar's label) are :func:`generate_token_ids`'s. The model is put in eval
+    mode for the call and returned to the mode it was in (training loops call this).
     """
     if not prompts:
         return []
@@ -403,7 +410,8 @@ def generate_batched(model, tokenizer, prompts: list[list[dict[str, str]]], *, m
                 torch.manual_seed(seed)
             new = generate_token_ids(model, contexts, max_new_tokens=max_new_tokens, stop_ids=eos_ids,
                                      pad_id=pad_id, temperature=temperature, top_p=top_p, top_k=0,
-                                     batch_size=batch_size * draws if batch_size else None, engine=engine)
+                                     batch_size=batch_size * draws if batch_size else None, engine=engine,
+                                     progress=progress)
     finally:
         if was_training:
             model.train()

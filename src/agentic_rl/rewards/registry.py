@@ -76,6 +76,17 @@ def _accepted(cls: Any) -> list[str]:
 
 def get_reward(name: str, **params: Any) -> Callable[..., list[float]]:
     """A built-in reward by name, built with ``params`` (e.g. ``get_reward("length", alpha=0.01)``)."""
+    cls = _builtin_reward(name, params)
+    try:
+        return cls(**params)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"reward '{name}': invalid parameters {params}: {exc}") from None
+
+
+def _builtin_reward(name: str, params: dict[str, Any]) -> Any:
+    """The class of built-in reward ``name``, after checking the name and the parameter names."""
     if name not in REWARDS:
         close = difflib.get_close_matches(name, list(REWARDS), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
@@ -88,12 +99,7 @@ def get_reward(name: str, **params: Any) -> Callable[..., list[float]]:
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise ConfigError(f"reward '{name}' has no parameter '{unknown[0]}'{hint}; its parameters are "
                           f"{', '.join(_accepted(cls))}")
-    try:
-        return cls(**params)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"reward '{name}': invalid parameters {params}: {exc}") from None
+    return cls
 
 
 def load_user_reward(target: str, **params: Any) -> Callable[..., list[float]]:
@@ -286,6 +292,27 @@ def parse_reward_spec(spec: str) -> tuple[str, dict[str, Any], float]:
         raise ConfigError(f"reward spec '{spec}' is not name[:weight], name(key=value,...)[:weight] or "
                           f"module:function[:weight]")
     return text, params, weight
+
+
+def check_reward_specs(specs: list[str]) -> None:
+    """Check reward specs without building them: the syntax, built-in names and their parameter names (with "did you
+    mean"), and that a user reward's module imports and has the attribute. Stage configs call this when they are
+    built, so a misspelt name fails in one line before any model or data is loaded."""
+    for spec in specs:
+        target, params, _ = parse_reward_spec(spec)
+        if target.startswith("rm:"):
+            continue  # a reward model's path: checked when it loads
+        try:
+            if ":" in target:
+                module_name, _, attr = target.partition(":")
+                if not module_name or not attr:
+                    raise ConfigError(f"user reward '{target}' must look like module:function")
+                import_object(target, "user reward")
+            else:
+                _builtin_reward(target, params)
+        except ConfigError as exc:
+            message = str(exc)
+            raise ConfigError(message if spec in message else f"reward spec '{spec}': {message}") from None
 
 
 def build_rewards(specs: list[str] | str, defaults: dict[str, Any] | None = None,

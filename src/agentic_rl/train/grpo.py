@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, setting
+from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, report_to_list, setting
+from agentic_rl.console import announce
 from agentic_rl.errors import ConfigError
 from agentic_rl.eval.validation import SYNTHETIC_TRAIN_ROWS_AFTER_CARVING
 from agentic_rl.models.fingerprint import weights_fingerprint
@@ -75,7 +76,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 @dataclass
 class GRPOConfig(EnvironmentSettings):
-    """Every setting of the GRPO stage. ``None`` means "the preset's value"; the resolved value is printed.
+    """Every setting of the GRPO stage. ``None`` means "the preset's value"; the resolved value is in ``config.yaml``.
 
     The environment settings (``environment``, ``max_turns``, ...) come from :class:`EnvironmentSettings`."""
 
@@ -264,6 +265,9 @@ class GRPOConfig(EnvironmentSettings):
                 f"of {gen}")
         if not self.rewards:
             raise ConfigError("at least one reward is needed, e.g. --reward accuracy:1.0")
+        from agentic_rl.rewards.registry import check_reward_specs
+
+        check_reward_specs(self.rewards)  # a misspelt name fails here, before any model or data loads
         self.report_to = report_to_list(self.report_to)
         if self.use_vllm and not has_gpu():
             raise ConfigError("use_vllm needs a CUDA GPU; drop --use-vllm on CPU")
@@ -392,7 +396,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
                                                save_start, trl_arguments)
 
     out = stage_path(config.output_dir, "grpo")
-    print(format_config(config, "grpo"), flush=True)
+    announce("grpo", config, out)
     # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
     stage_run = StageRun(out, config, stage="grpo")
     checkpoint = stage_run.check()
@@ -417,44 +421,49 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     if config.select_samples:
         train, selection = select_training_prompts(model, tokenizer, train, config)
 
-    from agentic_rl.train.monitoring import MetricsLogger, resolve_report_to
+    from agentic_rl.train.monitoring import MetricsLogger, StepCostCallback, resolve_report_to
 
     backends = resolve_report_to(list(config.report_to), out)  # checks the packages; wandb offline without a key
 
     # --- only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded
     # (an earlier run's base/ may come from another adapter, its best/ from other settings)
     stage_run.claim()
-    save_start(model, tokenizer, base_dir, out)
-    if selection is not None:
-        write_json(out / "difficulty.json", selection)
-    start_fingerprint = weights_fingerprint(model)
-    log(f"GRPO: {len(train)} training prompts, "
-        + (f"environment {config.environment} (reward: the episode return), " if env_factory else
-           f"rewards {dict(zip(reward_names, weights))}, ") +
-        f"{'full fine-tuning' if config.full else f'LoRA r={config.lora_r}'}, beta={config.beta}")
+    try:  # a failure before the first checkpoint leaves the directory as it was (StageRun.abandon)
+        save_start(model, tokenizer, base_dir, out)
+        if selection is not None:
+            write_json(out / "difficulty.json", selection)
+        start_fingerprint = weights_fingerprint(model)
+        log(f"GRPO: {len(train)} training prompts, "
+            + (f"environment {config.environment} (reward: the episode return), " if env_factory else
+               f"rewards {dict(zip(reward_names, weights))}, ") +
+            f"{'full fine-tuning' if config.full else f'LoRA r={config.lora_r}'}, beta={config.beta}")
 
-    # --- trainer: the variant (refill, SFT anchor, compact sampling, RLOO, episodes) from grpo_trainer.VARIANTS ---
-    logger = MetricsLogger(out, backends, config=config_to_dict(config), resume=checkpoint is not None)
-    rules = health_monitor(config, environment=env_factory is not None)
-    base = (start_fingerprint, base_dir)  # recorded with best/ and adapter/
-    monitor = GRPOMonitor(config, out, logger, rules, heldout, tokenizer, env_factory, base)
-    if checkpoint is not None:
-        monitor.restore_best()
-    trainer = build_trainer(config, env_factory=env_factory, out=out, demonstrations=demonstrations, model=model,
-                            reward_funcs=funcs, args=trl_arguments(config, out, weights), train_dataset=train,
-                            processing_class=tokenizer, peft_config=peft_config_for(config),
-                            callbacks=[monitor, *(callbacks or [])], logprob_chunk_rows=config.logprob_chunk_rows)
-    monitor.attach(trainer)
-    trainable = record_trainable_parameters(trainer.model, out / "trainable_parameters.txt")
+        # --- trainer: the variant (refill, SFT anchor, compact sampling, RLOO, episodes) from grpo_trainer.VARIANTS ---
+        logger = MetricsLogger(out, backends, config=config_to_dict(config), resume=checkpoint is not None)
+        rules = health_monitor(config, environment=env_factory is not None)
+        base = (start_fingerprint, base_dir)  # recorded with best/ and adapter/
+        monitor = GRPOMonitor(config, out, logger, rules, heldout, tokenizer, env_factory, base)
+        if checkpoint is not None:
+            monitor.restore_best()
+        trainer = build_trainer(config, env_factory=env_factory, out=out, demonstrations=demonstrations, model=model,
+                                reward_funcs=funcs, args=trl_arguments(config, out, weights), train_dataset=train,
+                                processing_class=tokenizer, peft_config=peft_config_for(config),
+                                callbacks=[monitor, StepCostCallback(), *(callbacks or [])],
+                                logprob_chunk_rows=config.logprob_chunk_rows)
+        monitor.attach(trainer)
+        trainable = record_trainable_parameters(trainer.model, out / "trainable_parameters.txt")
 
-    try:
-        with labelled_positions_only():  # log-probs through the LM head for completion tokens only
-            train_result = trainer.train(resume_from_checkpoint=checkpoint)
-    finally:
-        logger.close()
+        try:
+            with labelled_positions_only():  # log-probs through the LM head for completion tokens only
+                train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        finally:
+            logger.close()
 
-    # --- save: adapter, model (adapter merged in) --------------------------------------------------------------------
-    model_dir, adapter_dir = save_final_policy(trainer, monitor, tokenizer, out, base)
+        # --- save: adapter, model (adapter merged in) ----------------------------------------------------------------
+        model_dir, adapter_dir = save_final_policy(trainer, monitor, tokenizer, out, base)
+    except BaseException:
+        stage_run.abandon()
+        raise
     heldout_rows = read_jsonl(out / "heldout.jsonl")
     result = {
         "model_dir": str(model_dir),

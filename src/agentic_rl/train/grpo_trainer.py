@@ -475,6 +475,7 @@ def trl_arguments(config: Any, out: Path, reward_weights: list[float]):
         use_cpu=not has_gpu(),
         # Our logger writes TensorBoard / wandb with the documented names; TRL's own reporters stay off.
         report_to="none", log_completions=False, save_strategy="steps",
+        disable_tqdm=False,  # the progress bar with its time estimate, whatever the libraries' log level
         disable_dropout=True, dataloader_num_workers=0, remove_unused_columns=False,
         chat_template_kwargs={"enable_thinking": False},
     )

@@ -46,7 +46,7 @@ from transformers import TrainerCallback
 
 from agentic_rl.config import report_to_list
 from agentic_rl.errors import ConfigError, TrainingError
-from agentic_rl.utils import append_jsonl, warn
+from agentic_rl.utils import append_jsonl, log, warn
 
 Rule = Callable[[list[dict[str, Any]], dict[str, Any]], "str | None"]
 
@@ -233,6 +233,45 @@ class HealthCallback(NonFiniteGuard):
         super().on_log(args, state, control, logs=logs, **kwargs)
         if logs and any(k in logs for k in ("loss", "grad_norm", "reward")):
             self.monitor.update(logs, state.global_step)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the run will cost
+# ---------------------------------------------------------------------------------------------------------------
+
+def cost_line(steps: int, seconds_per_step: float) -> str:
+    """``"cost: about 98 more steps x 65.2 s/step = ~106.5 min"`` (with hours when it is more than two)."""
+    total = steps * seconds_per_step / 60
+    hours = f" ({total / 60:.1f} h)" if total > 120 else ""
+    return f"cost: about {steps} more steps x {seconds_per_step:.2f} s/step = ~{total:.1f} min{hours}"
+
+
+class StepCostCallback(TrainerCallback):
+    """Prints once, after the second optimizer step of a run, what the rest of it will take: the steps left times
+    the seconds the second step took (the first holds the warm-up: compiling, the first batch's allocations, a
+    resumed run's checkpoint). Printed on any device: a long run is worth planning for on a GPU as well, and one
+    line is all it costs. Nothing is printed when no step is left."""
+
+    def __init__(self) -> None:
+        self.first_step: int | None = None
+        self.first_step_done: float | None = None
+        self.seconds_per_step: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.first_step = state.global_step + 1  # a resumed run measures its own steps
+
+    def on_step_end(self, args, state, control, **kwargs):
+        import time
+
+        if self.first_step is None or self.seconds_per_step is not None:
+            return
+        if state.global_step == self.first_step:
+            self.first_step_done = time.perf_counter()
+        elif state.global_step == self.first_step + 1 and self.first_step_done is not None:
+            self.seconds_per_step = time.perf_counter() - self.first_step_done
+            left = state.max_steps - state.global_step
+            if left > 0 and state.is_world_process_zero:
+                log(cost_line(left, self.seconds_per_step))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import SEED_RANGE, check_range, format_config, setting
+from agentic_rl.config import SEED_RANGE, check_range, setting
+from agentic_rl.console import announce
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import StageRun, stage_path
 from agentic_rl.utils import log, set_seed, write_json, write_jsonl
@@ -128,6 +129,7 @@ def run(config: PreferencesConfig) -> dict[str, Any]:
         raise ConfigError("model is required: the model that writes the candidates (--model runs/sft/model)")
     start = time.time()
     out = stage_path(config.output_dir, "preferences")
+    announce("preferences", config, out)
     stage_run = StageRun(out, config, stage="preferences")
     stage_run.check()
     set_seed(config.seed)
@@ -140,7 +142,7 @@ def run(config: PreferencesConfig) -> dict[str, Any]:
         f"judge {' + '.join(config.judge)}")
     results = generate_batched(model, tokenizer, [r["prompt"] for r in rows], max_new_tokens=config.max_new_tokens,
                                batch_size=config.batch_size, temperature=config.temperature, top_p=config.top_p,
-                               num_samples=config.num_samples, seed=config.seed)
+                               num_samples=config.num_samples, seed=config.seed, progress="preferences: sampling")
     flat_rows = [r for r in rows for _ in range(config.num_samples)]
     flat_texts = [s.text for samples in results for s in samples]
     flat_scores = judge_scores(funcs, weights, flat_texts, flat_rows)
@@ -171,12 +173,12 @@ def run(config: PreferencesConfig) -> dict[str, Any]:
              "mean_rejected_score": sum(worst_scores) / len(pairs) if pairs else None,
              "judge": list(config.judge), "wall_time_s": round(time.time() - start, 1)}
     stage_run.claim()
-    print(format_config(config, "preferences"), flush=True)
     pairs_path = write_jsonl(out / "pairs.jsonl", pairs)
     write_jsonl(out / "samples.jsonl", samples)
     write_json(out / "stats.json", stats)
+    mean = "n/a" if stats["mean_score"] is None else f"{stats['mean_score']:.4g}"
     log(f"preferences done in {stats['wall_time_s']} s: {len(pairs)} pairs from {len(rows)} prompts "
-        f"({ties} skipped: best and worst scored alike), mean score {stats['mean_score']}; {pairs_path}")
+        f"({ties} skipped: best and worst scored alike), mean score {mean}; {pairs_path}")
     if not pairs:
         log("no pairs: every prompt's samples scored alike; sample more (num_samples), raise the temperature, or "
             "use a judge with finer scores")

@@ -37,8 +37,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, config_to_dict, format_config,
-                               report_to_list, setting)
+from agentic_rl.config import SEED_RANGE, changed_from_default, check_range, config_to_dict, report_to_list, setting
+from agentic_rl.console import announce
 from agentic_rl.data.synthetic import COPY_LAYOUTS
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
@@ -249,11 +249,12 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     from agentic_rl.data.synthetic import default_tokenizer_corpus
     from agentic_rl.models.loading import count_parameters
     from agentic_rl.models.tiny import build_tiny_model, save_model_dir, train_tokenizer
-    from agentic_rl.train.monitoring import HealthCallback, MetricsCallback, MetricsLogger, resolve_report_to
+    from agentic_rl.train.monitoring import (HealthCallback, MetricsCallback, MetricsLogger, StepCostCallback,
+                                             resolve_report_to)
 
     start = time.time()
     out = stage_path(config.output_dir, "pretrain")
-    print(format_config(config, "pretrain"), flush=True)
+    announce("pretrain", config, out)
     # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
     stage_run = StageRun(out, config, stage="pretrain")
     resume_from = stage_run.check()
@@ -339,7 +340,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         args=args,
         train_dataset=train_ds,
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
-        callbacks=[health, MetricsCallback(metrics_logger, "pretrain")],
+        callbacks=[health, MetricsCallback(metrics_logger, "pretrain"), StepCostCallback()],
     )
     try:
         train_out = trainer.train(resume_from_checkpoint=resume_from)

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, format_config, report_to_list, setting
+from agentic_rl.config import SEED_RANGE, check_range, config_to_dict, report_to_list, setting
+from agentic_rl.console import announce
 from agentic_rl.errors import ConfigError, DataError
 from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
 from agentic_rl.utils import has_gpu, iter_jsonl, log, set_seed, supports_bf16, warn, write_json
@@ -230,7 +231,7 @@ def trainer_arguments(config: RewardModelConfig, out: Path, report_to: list[str]
         save_strategy="steps", save_steps=config.save_steps, save_total_limit=config.save_total_limit,
         report_to=report_to, use_cpu=not gpu, bf16=gpu and supports_bf16(), dataloader_num_workers=0,
         # TRL turns activation checkpointing on by default: on a CPU it only costs time.
-        activation_checkpointing=gpu, disable_tqdm=True,
+        activation_checkpointing=gpu, disable_tqdm=False,
     )
 
 
@@ -253,11 +254,12 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     from peft import PeftModel
 
     from agentic_rl.models.loading import count_parameters
-    from agentic_rl.train.monitoring import HealthCallback, MetricsCallback, MetricsLogger, resolve_report_to
+    from agentic_rl.train.monitoring import (HealthCallback, MetricsCallback, MetricsLogger, StepCostCallback,
+                                             resolve_report_to)
 
     start = time.time()
     out = stage_path(config.output_dir, "reward-model")
-    print(format_config(config, "reward-model"), flush=True)
+    announce("reward-model", config, out)
     # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
     stage_run = StageRun(out, config, stage="reward-model")
     checkpoint = stage_run.check()
@@ -269,37 +271,41 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
     report = resolve_report_to(config.report_to, out)  # checks the packages before anything is removed
 
     stage_run.claim()
-    metrics_logger = MetricsLogger(out, report, config=config_to_dict(config), resume=checkpoint is not None)
+    try:  # a failure before the first checkpoint leaves the directory as it was (StageRun.abandon)
+        metrics_logger = MetricsLogger(out, report, config=config_to_dict(config), resume=checkpoint is not None)
 
-    before = pairwise_accuracy(model.eval(), tokenizer, heldout_rows, batch_size=config.score_batch_size,
-                               max_length=config.max_length)
-    model.train()
-    health = HealthCallback()
-    trainer = trl.RewardTrainer(model=model, args=trainer_arguments(config, out, ["none"]),  # via metrics_logger
-                                train_dataset=datasets.Dataset.from_list(train_rows), processing_class=tokenizer,
-                                peft_config=peft_config_for(config),
-                                callbacks=[health, MetricsCallback(metrics_logger, "reward_model"),
-                                           *(callbacks or [])])
-    n_train, n_total = count_parameters(trainer.model)
-    log(f"reward model: {len(train_rows)} training pairs ({'conversational' if conversational else 'text'}), "
-        f"{len(heldout_rows)} held out; {'full fine-tuning' if config.full else f'LoRA r={config.lora_r}'}, "
-        f"trainable {n_train:,} of {n_total:,}; held-out pairwise accuracy before training "
-        f"{before.get('pairwise_accuracy', float('nan')):.1%}")
-    try:
-        train_out = trainer.train(resume_from_checkpoint=checkpoint)
-    finally:
-        metrics_logger.close()
+        before = pairwise_accuracy(model.eval(), tokenizer, heldout_rows, batch_size=config.score_batch_size,
+                                   max_length=config.max_length)
+        model.train()
+        health = HealthCallback()
+        trainer = trl.RewardTrainer(model=model, args=trainer_arguments(config, out, ["none"]),  # via metrics_logger
+                                    train_dataset=datasets.Dataset.from_list(train_rows), processing_class=tokenizer,
+                                    peft_config=peft_config_for(config),
+                                    callbacks=[health, MetricsCallback(metrics_logger, "reward_model"),
+                                               StepCostCallback(), *(callbacks or [])])
+        n_train, n_total = count_parameters(trainer.model)
+        log(f"reward model: {len(train_rows)} training pairs ({'conversational' if conversational else 'text'}), "
+            f"{len(heldout_rows)} held out; {'full fine-tuning' if config.full else f'LoRA r={config.lora_r}'}, "
+            f"trainable {n_train:,} of {n_total:,}; held-out pairwise accuracy before training "
+            f"{before.get('pairwise_accuracy', float('nan')):.1%}")
+        try:
+            train_out = trainer.train(resume_from_checkpoint=checkpoint)
+        finally:
+            metrics_logger.close()
 
-    # --- save: adapter (LoRA), the reward model with it merged in -----------------------------------------------
-    policy = trainer.model
-    adapter_dir = None
-    if isinstance(policy, PeftModel):
-        adapter_dir = out / "adapter"
-        from agentic_rl.models.loading import save_model_atomically
+        # --- save: adapter (LoRA), the reward model with it merged in -----------------------------------------------
+        policy = trainer.model
+        adapter_dir = None
+        if isinstance(policy, PeftModel):
+            adapter_dir = out / "adapter"
+            from agentic_rl.models.loading import save_model_atomically
 
-        save_model_atomically(policy, tokenizer, adapter_dir)  # whole or not at all (a full disk: one line)
-        policy = policy.merge_and_unload()
-    model_dir = save_reward_model(policy, tokenizer, out / MODEL_FOLDER)
+            save_model_atomically(policy, tokenizer, adapter_dir)  # whole or not at all (a full disk: one line)
+            policy = policy.merge_and_unload()
+        model_dir = save_reward_model(policy, tokenizer, out / MODEL_FOLDER)
+    except BaseException:
+        stage_run.abandon()
+        raise
     after = pairwise_accuracy(policy.eval(), tokenizer, heldout_rows, batch_size=config.score_batch_size,
                               max_length=config.max_length)
 

@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.agent.settings import EnvironmentSettings
-from agentic_rl.config import (SEED_RANGE, changed_from_default, check_range, config_to_dict, format_config,
-                               report_to_list, setting)
+from agentic_rl.config import SEED_RANGE, changed_from_default, check_range, config_to_dict, report_to_list, setting
+from agentic_rl.console import announce
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER, StageRun, stage_path
@@ -491,11 +491,12 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     ``callbacks`` are extra ``TrainerCallback``s (tests, hyper-parameter search pruning).
     """
     from agentic_rl.models.loading import count_parameters
-    from agentic_rl.train.monitoring import HealthCallback, MetricsCallback, MetricsLogger, resolve_report_to
+    from agentic_rl.train.monitoring import (HealthCallback, MetricsCallback, MetricsLogger, StepCostCallback,
+                                             resolve_report_to)
 
     start = time.time()
     out = stage_path(config.output_dir, "sft")
-    print(format_config(config, "sft"), flush=True)
+    announce("sft", config, out)
     # A finished or interrupted run in `out` is kept unless --resume / --overwrite says what to do with it.
     stage_run = StageRun(out, config, stage="sft")
     resume_from = stage_run.check()
@@ -519,53 +520,62 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
             f"{counts['skip_tool']} answered directly under its prompt, {counts['direct']} without it")
     # Only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded.
     stage_run.claim()
-    metrics_logger = MetricsLogger(out, report, config=config_to_dict(config), resume=resume_from is not None)
-    n_train, n_total = count_parameters(model)
-    args = trainer_arguments(config, out, ["none"], n_total)  # metrics go through metrics_logger
-    health = HealthCallback()
-    trainer = sft_trainer(config, model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                          callbacks=[health, MetricsCallback(metrics_logger, "sft"), *(callbacks or [])])
-    steps = trainer.args.max_steps if trainer.args.max_steps > 0 else None
-    device = next(model.parameters()).device
-    rows_note = f"{len(dataset)} rows"
-    if rows_available not in (None, len(dataset)):
-        rows_note += f" (of {rows_available}: those {config.max_steps} steps reach)"
-    trained = ("full fine-tuning" if config.full else
-               f"LoRA r={config.lora_r} alpha={config.lora_alpha} on " + ",".join(config.target_modules))
-    log(f"sft resolved: {trained}; "
-        f"trainable {n_train:,} of {n_total:,} parameters ({n_train / max(n_total, 1):.2%}); device {device.type}, "
-        f"dtype {next(model.parameters()).dtype}, bf16 {args.bf16}, activation checkpointing "
-        f"{args.activation_checkpointing}; {rows_note}, {'grouped by length, ' if config.group_by_length else ''}"
-        f"batch {config.batch_size} x accum "
-        f"{config.gradient_accumulation_steps}"
-        f"{f' ({config.micro_batches} length-sorted passes per batch)' if config.micro_batches > 1 else ''}, "
-        f"{'steps ' + str(steps) if steps else f'epochs {config.epochs:g}'}, lr {config.learning_rate:g} "
-        f"({config.lr_scheduler_type}, warm-up {config.warmup_ratio:.0%})")
+    try:  # a failure before the first checkpoint leaves the directory as it was (StageRun.abandon)
+        metrics_logger = MetricsLogger(out, report, config=config_to_dict(config), resume=resume_from is not None)
+        n_train, n_total = count_parameters(model)
+        args = trainer_arguments(config, out, ["none"], n_total)  # metrics go through metrics_logger
+        health = HealthCallback()
+        trainer = sft_trainer(config, model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                              callbacks=[health, MetricsCallback(metrics_logger, "sft"), StepCostCallback(),
+                                         *(callbacks or [])])
+        steps = trainer.args.max_steps if trainer.args.max_steps > 0 else None
+        device = next(model.parameters()).device
+        rows_note = f"{len(dataset)} rows"
+        if rows_available not in (None, len(dataset)):
+            rows_note += f" (of {rows_available}: those {config.max_steps} steps reach)"
+        trained = ("full fine-tuning" if config.full else
+                   f"LoRA r={config.lora_r} alpha={config.lora_alpha} on " + ",".join(config.target_modules))
+        log(f"sft resolved: {trained}; "
+            f"trainable {n_train:,} of {n_total:,} parameters ({n_train / max(n_total, 1):.2%}); device {device.type}, "
+            f"dtype {next(model.parameters()).dtype}, bf16 {args.bf16}, activation checkpointing "
+            f"{args.activation_checkpointing}; {rows_note}, {'grouped by length, ' if config.group_by_length else ''}"
+            f"batch {config.batch_size} x accum "
+            f"{config.gradient_accumulation_steps}"
+            f"{f' ({config.micro_batches} length-sorted passes per batch)' if config.micro_batches > 1 else ''}, "
+            f"{'steps ' + str(steps) if steps else f'epochs {config.epochs:g}'}, lr {config.learning_rate:g} "
+            f"({config.lr_scheduler_type}, warm-up {config.warmup_ratio:.0%})")
 
-    try:
-        with labelled_positions_only():  # the loss's LM head over completion tokens only, not the prompt's too
-            train_out = trainer.train(resume_from_checkpoint=resume_from)
-    finally:
-        metrics_logger.close()
+        try:
+            with labelled_positions_only():  # the loss's LM head over completion tokens only, not the prompt's too
+                train_out = trainer.train(resume_from_checkpoint=resume_from)
+        finally:
+            metrics_logger.close()
 
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    metrics: dict[str, Any] = {
-        "train/loss": train_out.training_loss,
-        "train/first_loss": losses[0] if losses else None,
-        "train/last_loss": losses[-1] if losses else None,
-        "global_step": trainer.state.global_step,
-        "resumed_from": resume_from,
-        "trainable_parameters": n_train,
-        "total_parameters": n_total,
-        "train_rows": len(dataset),
-        "health_warnings": health.monitor.warnings,
-    }
-    paths = save_outputs(trainer, tokenizer, out, full=config.full, merge=config.merge)
+        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        metrics: dict[str, Any] = {
+            "train/loss": train_out.training_loss,
+            "train/first_loss": losses[0] if losses else None,
+            "train/last_loss": losses[-1] if losses else None,
+            "global_step": trainer.state.global_step,
+            "resumed_from": resume_from,
+            "trainable_parameters": n_train,
+            "total_parameters": n_total,
+            "train_rows": len(dataset),
+            "health_warnings": health.monitor.warnings,
+        }
+        paths = save_outputs(trainer, tokenizer, out, full=config.full, merge=config.merge)
+    except BaseException:
+        stage_run.abandon()
+        raise
     metrics["wall_time_s"] = round(time.time() - start, 1)
     write_json(out / "metrics.json", metrics)
-    log(f"sft done in {metrics['wall_time_s']} s, step {metrics['global_step']}: loss "
-        f"{metrics['train/first_loss']} -> {metrics['train/last_loss']}; adapter {paths['adapter_dir']}, "
-        f"model {paths['model_dir']}")
+    first, last = metrics["train/first_loss"], metrics["train/last_loss"]
+    # no loss was logged when the run was shorter than logging_steps: the mean training loss says enough then
+    loss = (f"loss {first:.4g} -> {last:.4g}" if first is not None and last is not None else
+            f"mean loss {train_out.training_loss:.4g}")
+    saved = ", ".join(f"{kind} {paths[key]}" for kind, key in (("adapter", "adapter_dir"), ("model", "model_dir"))
+                      if paths.get(key))
+    log(f"sft done in {metrics['wall_time_s']} s, step {metrics['global_step']}: {loss}; {saved}")
     return stage_run.finish({"run_dir": str(out), **paths, "model_dir": paths["model_dir"] or paths["adapter_dir"],
                            "metrics": metrics})
 
