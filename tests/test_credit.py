@@ -116,6 +116,19 @@ def test_refill_sees_the_signal_of_per_token_advantages():
     assert group_has_signal(torch.tensor([0.0, 0.0, 1.0, -1.0]), 2).tolist() == [False, True]
 
 
+def test_refill_concatenates_per_token_advantages_of_different_widths():
+    import torch
+
+    from agentic_rl.train.signal import concat_batches
+
+    def batch(width, value):
+        return {"advantages": torch.full((2, width), value), "completion_ids": torch.ones((2, width), dtype=torch.long),
+                "completion_mask": torch.ones((2, width), dtype=torch.long), "num_items_in_batch": torch.tensor(0)}
+
+    out = concat_batches([batch(3, 0.5), batch(5, -1.0)], pad_token_id=0)
+    assert out["advantages"].tolist() == [[0.5, 0.5, 0.5, 0.0, 0.0]] * 2 + [[-1.0] * 5] * 2  # padding: no advantage
+
+
 def test_credit_settings_are_checked_in_one_line():
     from agentic_rl.train.grpo import GRPOConfig
 

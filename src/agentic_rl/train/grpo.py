@@ -13,7 +13,8 @@ fine-tuning): the reference is the same network with the adapter disabled. A sta
 into its base first, so the reference is the SFT policy and GRPO trains a fresh adapter on top; for full fine-tuning
 those merged weights are written to ``<run>/base``, from which TRL reloads the reference. With ``--environment`` a
 completion is a whole multi-turn episode (settings in :class:`agentic_rl.agent.settings.EnvironmentSettings`), its
-return the one reward; ``use_vllm``, ``select_samples``, ``sft_loss_weight`` and ``--reward`` do not apply there.
+return the one reward (``credit_assignment: turn``: each turn trained on its own return-to-go,
+:mod:`agentic_rl.train.credit`); ``use_vllm``, ``select_samples``, ``sft_loss_weight`` and ``--reward`` do not apply.
 
 Run it::
 
