@@ -14,7 +14,8 @@ An episode::
 is shown but not trained on).
 
 The trajectory return is the sum of the step rewards (:func:`trajectory_return`); GRPO uses it as the reward of
-the whole trajectory, so the group-relative advantage reaches every action token.
+the whole trajectory, so the group-relative advantage reaches every action token (with ``credit_assignment: turn``
+each turn gets the advantage of its own return-to-go instead: :mod:`agentic_rl.train.credit`).
 
 :class:`ToolEnvironment` is the environment most users want: each turn either calls tools (``<tool_call>`` blocks,
 see :mod:`agentic_rl.agent.tool_format`) — the calls run and their results come back as ``tool`` messages — or

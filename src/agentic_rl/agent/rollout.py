@@ -11,13 +11,15 @@ is appended to the prompt's last user message before the prompt is tokenized, as
 does; ``env.episode_metrics()`` is read once the episode is over and averaged by :func:`episode_stats`. Turns are
 spliced at the token level (see
 :class:`agentic_rl.agent.tool_format.ChatFormat`), so the sequence GRPO scores is exactly the sequence that was
-sampled. The trajectory's return is the sum of its step rewards.
+sampled. The trajectory's return is the sum of its step rewards; each assistant turn's step reward and token span
+(``turn_spans``) are kept for turn-level credit assignment (:mod:`agentic_rl.train.credit`).
 
 TRL (1.16) consumes this as follows: ``rollout_func`` returns ``prompt_ids``, ``completion_ids``, ``logprobs`` and
 extra fields; the extra field ``env_mask`` becomes the trainer's ``tool_mask`` (loss mask = completion mask ×
-env mask); every other field (``trajectory_return``, ...) is passed to the reward functions. With the reward
-``trajectory_return`` the group-relative advantage (return − group mean [/ std]) multiplies the log-probability of
-every action token of the trajectory.
+env mask); every other field (``trajectory_return``, ``step_rewards``, ``turn_spans``, ...) is passed to the reward
+functions. With the reward ``trajectory_return`` the group-relative advantage (return − group mean [/ std]) multiplies
+the log-probability of every action token of the trajectory; with ``credit_assignment: turn`` the trainer gives each
+turn's tokens the advantage of that turn's return-to-go instead (:mod:`agentic_rl.train.credit`).
 
 :func:`encode_episode` builds the same (ids, mask) from a written conversation: SFT demonstrations use it, so the
 tokens a model is fine-tuned on are spliced exactly as at rollout time.
@@ -55,7 +57,9 @@ class Trajectory:
     prompt_ids: list[int]
     completion_ids: list[int] = field(default_factory=list)
     env_mask: list[int] = field(default_factory=list)  # 1 = model token (action), 0 = environment token
-    step_rewards: list[float] = field(default_factory=list)
+    step_rewards: list[float] = field(default_factory=list)  # one per assistant turn
+    # (start, end) of each assistant turn's tokens in completion_ids, one per step reward (turn-level credit)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
     messages: list[dict[str, str]] = field(default_factory=list)  # assistant and observation messages, in order
     turns: int = 0
     tool_calls: int = 0  # tool-call blocks written (valid or not)
@@ -162,6 +166,7 @@ def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str
             ended = ids[-1] in fmt.stop_ids
             text = _decode_turn(tokenizer, ids, fmt)
             result = env.step(text)
+            traj.turn_spans.append((len(traj.completion_ids), len(traj.completion_ids) + len(ids)))
             traj.completion_ids += ids
             traj.env_mask += [1] * len(ids)
             traj.step_rewards.append(float(result.reward))
@@ -299,6 +304,8 @@ def make_rollout_func(env_factory: Callable[[], Environment], tasks: list[dict[s
             "logprobs": None,
             "env_mask": [t.env_mask for t in trajectories],
             "trajectory_return": [t.total_return for t in trajectories],
+            "step_rewards": [list(t.step_rewards) for t in trajectories],
+            "turn_spans": [list(t.turn_spans) for t in trajectories],
             "correct": [t.correct for t in trajectories],
         }
 

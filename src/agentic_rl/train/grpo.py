@@ -13,7 +13,8 @@ fine-tuning): the reference is the same network with the adapter disabled. A sta
 into its base first, so the reference is the SFT policy and GRPO trains a fresh adapter on top; for full fine-tuning
 those merged weights are written to ``<run>/base``, from which TRL reloads the reference. With ``--environment`` a
 completion is a whole multi-turn episode (settings in :class:`agentic_rl.agent.settings.EnvironmentSettings`), its
-return the one reward; ``use_vllm``, ``select_samples``, ``sft_loss_weight`` and ``--reward`` do not apply there.
+return the one reward (``credit_assignment: turn``: each turn trained on its own return-to-go,
+:mod:`agentic_rl.train.credit`); ``use_vllm``, ``select_samples``, ``sft_loss_weight`` and ``--reward`` do not apply.
 
 Run it::
 
@@ -49,6 +50,7 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.eval.validation import SYNTHETIC_TRAIN_ROWS_AFTER_CARVING
 from agentic_rl.models.fingerprint import weights_fingerprint
 from agentic_rl.runs import StageRun, stage_path
+from agentic_rl.train.credit import CREDIT_ASSIGNMENTS, check_credit_settings
 from agentic_rl.train.logprobs import labelled_positions_only
 from agentic_rl.train.signal import check_signal_settings, demonstrations_for, select_training_prompts
 from agentic_rl.utils import default_mixed_precision, has_gpu, log, read_jsonl, set_seed, warn, world_size, write_json
@@ -139,6 +141,10 @@ class GRPOConfig(EnvironmentSettings):
     loss_type: str = setting("dapo", "token-loss aggregation", choices=LOSS_TYPES)
     scale_rewards: str = setting("group", "divide advantages by the group std ('group'), batch std, or not ('none', "
                             "Dr. GRPO)", choices=SCALE_REWARDS)
+    credit_assignment: str = setting("trajectory", "with an environment: 'trajectory' (every turn gets the episode's "
+                                     "advantage) or 'turn' (each turn's tokens get the group-normalised advantage of "
+                                     "its return-to-go, train/credit.py)", choices=CREDIT_ASSIGNMENTS)
+    turn_discount: float = setting(1.0, "γ of the return-to-go with credit_assignment 'turn' (0..1)")
     mask_truncated_completions: bool = setting(False, "exclude completions cut at max_completion_length from the loss")
     temperature: float | None = setting(None, "sampling temperature")
     top_p: float = setting(1.0, "nucleus sampling p")
@@ -277,6 +283,7 @@ class GRPOConfig(EnvironmentSettings):
         if self.environment is not None:
             self._validate_environment()
         check_range(self, "select_candidates", 1)
+        check_credit_settings(self)
         if self.algorithm == "rloo":
             from agentic_rl.train.rloo import check_rloo_settings
 

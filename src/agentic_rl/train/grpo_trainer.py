@@ -19,8 +19,9 @@ concern, each docstring naming the TRL method it replaces and the TRL version it
 * **sampling / rollout**: ``_generate`` (timed), ``_generate_and_score_completions`` (zero-variance group refill);
   the ``rollout_func`` hooks :func:`compact_rollout` and :func:`episode_rollout` plug the project's decode loop and
   multi-turn episodes into TRL's own hook;
-* **advantages**: ``_generate_and_score_completions`` of :class:`RLOOEpisodeTrainer` (leave-one-out, KL in the
-  reward);
+* **advantages**: ``_generate_and_score_completions`` of :class:`SignalGRPOTrainer` (turn-level credit:
+  per-token advantages from each turn's return-to-go, :mod:`agentic_rl.train.credit`) and of
+  :class:`RLOOEpisodeTrainer` (leave-one-out, KL in the reward);
 * **loss**: ``compute_loss`` (the SFT anchor), ``_compute_loss`` of :class:`RLOOEpisodeTrainer` (RLOO's sequence
   loss);
 * **scoring**: ``_get_per_token_logps_and_entropies`` in length-sorted chunks
@@ -89,6 +90,7 @@ from trl.models.utils import disable_gradient_checkpointing
 
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER
+from agentic_rl.train.credit import CREDIT_ASSIGNMENTS
 from agentic_rl.train.logprobs import LengthSortedScoring
 from agentic_rl.train.monitoring import HealthMonitor, NonFiniteGuard, trl_generation_log
 from agentic_rl.train.signal import concat_batches, group_has_signal, select_groups
@@ -108,11 +110,19 @@ class SignalGRPOTrainer(LengthSortedScoring, trl.GRPOTrainer):
     ``refill_max_draws``: extra generation rounds per batch (0 = off). ``sft_demonstrations``: tokenized
     demonstrations (:func:`agentic_rl.train.signal.tokenize_demonstrations`); ``sft_loss_weight``: their weight
     (0 = off). ``logprob_chunk_rows``: :class:`~agentic_rl.train.logprobs.LengthSortedScoring`'s (0 = TRL's passes).
+    ``credit_assignment``: ``trajectory`` (TRL's advantage) or ``turn`` (:mod:`agentic_rl.train.credit`, episodes
+    only) with ``turn_discount`` γ.
     """
 
     def __init__(self, *args, refill_max_draws: int = 0, sft_loss_weight: float = 0.0,
-                 sft_demonstrations: list[tuple[list[int], int]] | None = None, seed: int = 0, **kwargs):
+                 sft_demonstrations: list[tuple[list[int], int]] | None = None, seed: int = 0,
+                 credit_assignment: str = "trajectory", turn_discount: float = 1.0, **kwargs):
+        if credit_assignment not in CREDIT_ASSIGNMENTS:
+            raise ConfigError(f"credit_assignment must be one of {', '.join(CREDIT_ASSIGNMENTS)}; got "
+                              f"{credit_assignment!r}")
         super().__init__(*args, **kwargs)
+        if credit_assignment == "turn" and self.rollout_func is None:
+            raise ConfigError("credit_assignment 'turn' needs multi-turn episodes (an environment's rollout_func)")
         if refill_max_draws and self.accelerator.num_processes > 1:
             raise ConfigError("refill_max_draws works on one process only (each process would draw a different "
                               "number of refills and the collective calls would hang); set it to 0 with "
@@ -126,6 +136,8 @@ class SignalGRPOTrainer(LengthSortedScoring, trl.GRPOTrainer):
         self._refill_rng = random.Random(seed)
         self._refill_order: list[int] = []
         self._demo_rng = random.Random(seed + 1)
+        self.credit_assignment = credit_assignment
+        self.turn_discount = turn_discount
 
     # --- sampling ---------------------------------------------------------------------------------------------------
     def _generate(self, prompts):
@@ -139,11 +151,12 @@ class SignalGRPOTrainer(LengthSortedScoring, trl.GRPOTrainer):
         return output
 
     def _generate_and_score_completions(self, inputs):
-        """Extends ``GRPOTrainer._generate_and_score_completions`` (checked against TRL 1.16) with the refill of
-        zero-variance groups: groups whose rewards all tie are dropped and replaced by freshly drawn prompts' groups
-        that have signal, at most ``refill_max_draws`` extra rounds; what is still missing is filled with dropped
-        groups, so the batch shape never changes."""
-        batch = super()._generate_and_score_completions(inputs)
+        """Extends ``GRPOTrainer._generate_and_score_completions`` (checked against TRL 1.16) with turn-level credit
+        and the refill of zero-variance groups. With ``credit_assignment: turn`` each draw's (batch,) advantages are
+        replaced by (batch, tokens) ones (:meth:`_assign_turn_credit`). Refill: groups whose advantages are all zero
+        are dropped and replaced by freshly drawn prompts' groups that have signal, at most ``refill_max_draws``
+        extra rounds; what is still missing is filled with dropped groups, so the batch shape never changes."""
+        batch = self._scored_draw(inputs)
         if not self.model.training or not self.refill_max_draws:
             return batch
         g = self.num_generations
@@ -155,7 +168,7 @@ class SignalGRPOTrainer(LengthSortedScoring, trl.GRPOTrainer):
         self._metrics["train"]["signal/dropped_group_fraction"].append(1 - have / n_groups)
         while have < n_groups and draws < self.refill_max_draws:
             draws += 1
-            extra = super()._generate_and_score_completions(self._draw_prompts(n_groups - have))
+            extra = self._scored_draw(self._draw_prompts(n_groups - have))
             extra_signal = group_has_signal(extra["advantages"], g).nonzero().flatten()
             extra_signal = extra_signal[: n_groups - have]
             if len(extra_signal):
@@ -166,6 +179,42 @@ class SignalGRPOTrainer(LengthSortedScoring, trl.GRPOTrainer):
         self._metrics["train"]["signal/refill_draws"].append(float(draws))
         self._metrics["train"]["signal/final_zero_std_fraction"].append(1 - have / n_groups)
         return concat_batches(kept, self._tokenizer.pad_token_id) if len(kept) > 1 else kept[0]
+
+    def _scored_draw(self, inputs):
+        """One generation batch as TRL samples and scores it, with turn-level advantages when asked for."""
+        batch = super()._generate_and_score_completions(inputs)
+        if self.credit_assignment == "turn":
+            self._assign_turn_credit(batch, inputs)
+        return batch
+
+    def _assign_turn_credit(self, batch, inputs) -> None:
+        """Replace ``batch["advantages"]`` (B,) by per-token advantages (B, T) from each turn's return-to-go
+        (:func:`agentic_rl.train.credit.turn_advantages`); TRL's ``_compute_loss`` takes either shape. The rollout's
+        ``step_rewards`` and ``turn_spans`` reach ``inputs`` the way TRL hands ``rollout_func`` fields to the reward
+        functions. Groups may span processes, so the per-turn statistics run over every process's episodes. TRL's
+        completion log gets each episode's list of turn advantages."""
+        from accelerate.utils import gather_object
+
+        from agentic_rl.train.credit import token_advantages, turn_advantages
+
+        missing = [key for key in ("step_rewards", "turn_spans") if any(key not in row for row in inputs)]
+        if missing:
+            raise RuntimeError(f"credit_assignment 'turn': the rollout fields {missing} did not reach the trainer's "
+                               f"inputs (TRL {trl.__version__}; written for TRL {TRL_CHECKED})")
+        mode = "train" if self.model.training else "eval"
+        g = self.num_generations if mode == "train" else self.num_generations_eval
+        local = len(inputs)
+        episodes = gather_object([[list(row["step_rewards"]), list(row["turn_spans"])] for row in inputs])
+        advantages = turn_advantages([rewards for rewards, _ in episodes], g, discount=self.turn_discount,
+                                     scale_rewards=self.scale_rewards)
+        start = self.accelerator.process_index * local
+        spans = [spans for _, spans in episodes[start:start + local]]
+        batch["advantages"] = token_advantages(advantages[start:start + local], spans,
+                                               batch["completion_ids"].shape[1]).to(batch["completion_ids"].device)
+        logged = trl_generation_log(self)["advantages"]
+        for _ in range(min(len(advantages), len(logged))):
+            logged.pop()
+        logged.extend(advantages)
 
     def _draw_prompts(self, n_prompts: int) -> list[dict[str, Any]]:
         """``n_prompts`` training rows, each repeated ``num_generations`` times, as TRL's sampler lays them out."""
@@ -375,7 +424,7 @@ class Variant:
     trainer: type
     arguments: type
     fixed: dict[str, Any] = field(default_factory=dict)
-    signal: bool = False  # takes refill_max_draws, sft_loss_weight, sft_demonstrations, seed
+    signal: bool = False  # takes refill_max_draws, sft_loss_weight, sft_demonstrations, seed, the credit settings
 
 
 #: (algorithm, sampling) -> variant. Sampling: ``trl`` (TRL's own generation or vLLM), ``compact`` (the project's
@@ -416,7 +465,8 @@ def build_trainer(config: Any, *, env_factory, out: Path, demonstrations, **trai
         trainer_kwargs["rollout_func"] = compact_rollout
     if variant.signal:
         trainer_kwargs.update(refill_max_draws=config.refill_max_draws, sft_loss_weight=config.sft_loss_weight,
-                              sft_demonstrations=demonstrations, seed=config.seed)
+                              sft_demonstrations=demonstrations, seed=config.seed,
+                              credit_assignment=config.credit_assignment, turn_discount=config.turn_discount)
     return variant.trainer(**trainer_kwargs)
 
 

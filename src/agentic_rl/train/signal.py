@@ -75,8 +75,9 @@ def _pad_value(key: str, pad_token_id: int) -> float:
 
 
 def group_has_signal(advantages, num_generations: int):
-    """Bool per group: some completion of the group has a non-zero advantage (the rewards did not all tie)."""
-    return advantages.view(-1, num_generations).abs().sum(dim=1) > 0
+    """Bool per group: some completion of the group has a non-zero advantage (the rewards did not all tie); the
+    advantages are one per completion (B,) or one per completion token (B, T)."""
+    return advantages.reshape(advantages.shape[0] // num_generations, -1).abs().sum(dim=1) > 0
 
 
 def select_rows(batch: dict[str, Any], rows) -> dict[str, Any]:
