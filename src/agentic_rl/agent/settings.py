@@ -68,6 +68,16 @@ class EnvironmentSettings:
         """Every setting of :class:`EnvironmentSettings` with its value here, as another stage's config takes them."""
         return {f.name: getattr(self, f.name) for f in fields(EnvironmentSettings)}
 
+    def answers_are_text(self) -> bool:
+        """Whether the environment's answers are names or short text (its class sets ``text_answers = True``, as
+        the search environment does): the stages then load the dataset's answers as text
+        (``load_task_dataset(text_answers=True)``) instead of requiring numbers."""
+        if self.environment is None:
+            return False
+        from agentic_rl.agent.env import get_environment_factory
+
+        return bool(getattr(get_environment_factory(self.environment), "text_answers", False))
+
     def environment_settings(self) -> dict[str, Any]:
         """The environment's constructor settings (``environment_factory`` passes those its class accepts)."""
         return {"max_turns": self.max_turns, "max_tool_calls": self.max_tool_calls,
