@@ -220,7 +220,8 @@ def test_the_world_dataset_has_name_answers_disjoint_splits_and_prefix_test_spli
     from agentic_rl.data.custom import DATASETS
 
     raw = DATASETS["synthetic:world"]("test", 0, test_size=30)
-    assert set(raw[0]) == {"question", "answer", "hops", "chain", "supporting"} and {r["hops"] for r in raw} == {1, 2, 3}
+    assert set(raw[0]) == {"question", "answer", "hops", "chain", "supporting"}
+    assert {r["hops"] for r in raw} == {1, 2, 3}
     test = load_task_dataset("synthetic:world", "test", synthetic_test_size=300)["question"]
     assert load_task_dataset("synthetic:world", "test", synthetic_test_size=50)["question"] == test[:50]
     train = load_task_dataset("synthetic:world", "train", synthetic_train_size=3000)
@@ -271,7 +272,8 @@ def test_a_users_corpus_and_qa_files_train_sft_and_two_grpo_steps_and_evaluate(t
     assert (sft_model / "model.safetensors").is_file()
     assert main(["grpo", "--model", str(sft_model), "--output-dir", str(tmp_path / "grpo"), "--max-steps", "2",
                  "--num-generations", "2", "--batch-size", "4", "--max-completion-length", "48",
-                 "--heldout-every", "0", "--gradient-accumulation-steps", "1", "--learning-rate", "0.01", "--report-to", "none", "--full", *common]) == 0
+                 "--heldout-every", "0", "--gradient-accumulation-steps", "1", "--learning-rate", "0.01",
+                 "--report-to", "none", "--full", *common]) == 0
     rollouts = read_jsonl(tmp_path / "grpo" / "rollouts.jsonl")
     assert len(rollouts) == 2 and "return" in rollouts[0]
     assert main(["eval", str(tmp_path / "grpo" / "model"), "--output-dir", str(tmp_path / "eval"),

@@ -113,7 +113,7 @@ class PipelineConfig(EnvironmentSettings):
 
 
 #: The embedded presets (``src/agentic_rl/configs/<file>.yaml``; ``--smoke`` takes ``<file>-smoke.yaml``).
-QUICKSTART_PRESETS = {"default": "quickstart", "agentic": "quickstart-agentic"}
+QUICKSTART_PRESETS = {"default": "quickstart", "agentic": "quickstart-agentic", "search": "quickstart-search"}
 
 
 @dataclass
@@ -122,7 +122,8 @@ class QuickstartConfig:
                                      "quickstart, quickstart-smoke, quickstart-agentic, ...)")
     preset: str = setting("default", "the embedded ladder: 'default' (single-turn GSM8K-style problems) or 'agentic' "
                                      "(multi-turn calculator tool use: SFT on tool-use episodes, then GRPO in the "
-                                     "environment)", choices=list(QUICKSTART_PRESETS))
+                                     "environment) or 'search' (multi-hop questions about a fictional world answered "
+                                     "with a search tool)", choices=list(QUICKSTART_PRESETS))
     seed: int = setting(0, "random seed (data, initialisation, training)")
     fresh: bool = setting(False, "delete the run directory and start over")
     eval_samples: int | None = setting(None, "held-out problems each stage is evaluated on (default: the preset's, "

@@ -5,10 +5,12 @@ the ``k`` best-scoring passages (fewer when fewer share a word with the query; n
 queries are split into lowercase words (letters and digits, no stemming and no stop words), so a name query such as
 "Orla Venn" matches the passages that spell the name, whatever its case. The title is indexed with the text.
 
-The index is ``bm25s`` (Okapi BM25 as sparse matrices): pure Python on numpy, installed by pip with no build step
-and no other service. The alternatives need more: ``pyserini`` runs Lucene in a Java virtual machine, ``tantivy``
-is a Rust library whose Python wheel must match the platform or be compiled. ``benchmarks/bench_search.py`` times
-indexing and querying on a synthetic corpus of 10,000 passages.
+The index is ``bm25s`` (Okapi BM25 as sparse matrices): pure Python on numpy, so it installs wherever numpy does,
+with no compiled code of its own and no other service, and its scores can be read as arrays. ``pyserini`` runs
+Lucene in a Java 21 virtual machine and brings dependencies that conflict with the project's; ``tantivy`` (Rust,
+a platform wheel) indexes and answers faster, but at the sizes of a local corpus both take a small fraction of one
+model turn, so the dependency that installs everywhere wins. ``benchmarks/bench_search.py`` measures both on a
+synthetic corpus of 10,000 passages (``--also tantivy``).
 
 Corpora: :func:`read_corpus` reads a user's JSONL file (one passage a line; a missing or empty ``id`` or ``text``,
 a duplicate ``id`` or an empty file is a one-line error naming the file, the line and the field);

@@ -4,7 +4,8 @@
 
 * a registered name: ``synthetic`` (the embedded task, deterministic train/test), ``synthetic:multiplication``
   (the tool-use variant), ``synthetic:world`` (questions of 1 to 3 hops about a fictional world, answered by a
-  name: the ``search`` environment's task), ``gsm8k`` (the hub's ``openai/gsm8k``), or one added with :func:`register_dataset`;
+  name: the ``search`` environment's task), ``gsm8k`` (the hub's ``openai/gsm8k``), or one added with
+  :func:`register_dataset`;
 * ``module:function`` — your own function ``fn(split, seed) -> list[dict] | datasets.Dataset``;
 * a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file, or a folder holding ``train``/``test`` files;
 * a hub dataset id (``hub_config`` picks its config; ``openai/gsm8k`` uses ``main``).
