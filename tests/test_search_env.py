@@ -254,6 +254,11 @@ def test_a_user_qa_file_reads_answer_strings_and_answer_lists(user_files, tmp_pa
         assert result.info["correct"] and rewards == pytest.approx([0.1, 1.0])  # the passage holds the answer
     env.reset(rows[0])
     assert env.step(search("Mont Blanc")).reward == 0.0  # found, but it does not hold the answer
+    long_corpus = write_jsonl(tmp_path / "long.jsonl", [{"id": "x", "text": "Filler words. " * 60 + "The Rhone "
+                                                         "reaches the sea near MARSEILLE."}])
+    env = SearchEnv(corpus=str(long_corpus))
+    env.reset(rows[0])
+    assert env.step(search("Rhone sea")).reward == pytest.approx(0.1)  # the answer's words, anywhere in the passage
 
 
 # ---------------------------------------------------------------------------------------------------------------

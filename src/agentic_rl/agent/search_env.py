@@ -43,7 +43,7 @@ from agentic_rl.agent.self_correct_env import stable_fraction
 from agentic_rl.agent.tool_format import render_tool_call, tool_message
 from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S
 from agentic_rl.errors import ConfigError
-from agentic_rl.rewards.extraction import accepted_answers, name_key
+from agentic_rl.rewards.extraction import accepted_answers
 
 #: The corpus of the world the ``synthetic:world`` dataset asks about.
 WORLD_CORPUS = "synthetic:world"
@@ -168,7 +168,8 @@ class SearchEnv(ToolEnvironment):
 
     def reset(self, task: dict[str, Any]) -> None:
         super().reset(task)
-        self._answers = [str(a) for a in accepted_answers(task.get("ground_truth", "")) if str(a).strip()]
+        answers = [words(a) for a in accepted_answers(task.get("ground_truth", ""))]
+        self._answer_words = [" ".join(w[1:] if w[:1] == ["the"] else w) for w in answers]
         self._lookups = world_chain(self.world, self._ids, task.get("question", "")) if self.world and task else None
         self._queries: set[str] = set()
         self._last_found: list[dict[str, str]] = []
@@ -185,10 +186,11 @@ class SearchEnv(ToolEnvironment):
         return result
 
     def _needed(self, passage: dict[str, str]) -> bool:
+        """A passage of the question's lookup chain; without a chain, a passage whose words hold an answer's."""
         if self._lookups is not None:
             return passage["id"] in self._lookups["supporting"]
-        text = name_key(passage["text"])
-        return any(f" {name_key(a)} " in f" {text} " for a in self._answers if name_key(a))
+        text = f" {' '.join(words(passage['text']))} "
+        return any(f" {answer} " in text for answer in self._answer_words if answer)
 
     def is_useful(self, call, result: str) -> bool:
         query = " ".join(words(call.arguments.get("query", "")))
