@@ -207,6 +207,17 @@ def test_imperfect_demonstrations_search_a_wrong_person_first_or_skip_a_hop(worl
     assert 0.15 * len(world_rows) < changed < 0.45 * len(world_rows)  # a share, chosen by the question
 
 
+def test_a_rows_own_chain_and_supporting_passages_decide_what_is_useful(tmp_path):
+    env = SearchEnv(corpus=str(write_jsonl(tmp_path / "c.jsonl", CORPUS)))
+    row = {"question": "Where does the river that flows through Lake Geneva reach the sea?", "ground_truth": "Marseille",
+           "chain": ["Lake Geneva", "Rhone"], "supporting": ["d2", "d3"]}
+    assert [m["content"] for m in env.demonstration(row) if m["role"] == "assistant"] == [
+        search("Lake Geneva"), search("Rhone"), "Final Answer: Marseille"]
+    env.reset(row)
+    assert env.step(search("Lake Geneva")).reward == pytest.approx(0.1)  # d2 does not hold the answer, but is needed
+    assert env.step(search("Mont Blanc")).reward == 0.0
+
+
 def test_a_world_corpus_of_another_seed_is_a_one_line_error(world_rows):
     with pytest.raises(ConfigError, match="world_seed"):
         SearchEnv(world_seed=1).demonstration(world_rows[0])

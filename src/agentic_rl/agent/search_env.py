@@ -17,9 +17,10 @@ correct answer ``answer_reward`` (1.0). Per episode (:meth:`SearchEnv.episode_me
 
 The corpus (``corpus``): ``synthetic:world`` (default), the passages of the fictional world whose questions the
 ``synthetic:world`` dataset asks (:func:`agentic_rl.data.custom.task_world`; ``world_seed`` must be the dataset's
-``synthetic_seed``), or a JSONL file of passages ``{"id", "text", "title"?}``. A passage the answer needs is, for a
-world question, one of the passages of its lookup chain (the people and organisation the question goes through,
-read from the question itself); for any other question, a passage whose text contains the answer.
+``synthetic_seed``), or a JSONL file of passages ``{"id", "text", "title"?}``. A passage the answer needs is one of
+the question's lookup chain: the row's ``supporting`` passage ids (with ``chain``, the titles to look up), or for a
+world question without them (the stages pass only the question and its answer) the people and organisation its
+wording goes through. For any other question it is a passage whose words contain the answer's.
 
 The demonstration of a task (:meth:`SearchEnv.demonstration`) searches each entity of the chain in order, then
 answers; a question without a chain gets one search with the question itself. Real demonstrations are imperfect, so
@@ -170,7 +171,7 @@ class SearchEnv(ToolEnvironment):
         super().reset(task)
         answers = [words(a) for a in accepted_answers(task.get("ground_truth", ""))]
         self._answer_words = [" ".join(w[1:] if w[:1] == ["the"] else w) for w in answers]
-        self._lookups = world_chain(self.world, self._ids, task.get("question", "")) if self.world and task else None
+        self._lookups = self.lookups(task) if task else None
         self._queries: set[str] = set()
         self._last_found: list[dict[str, str]] = []
         self._wasted_now = 0
@@ -184,6 +185,16 @@ class SearchEnv(ToolEnvironment):
             result.reward += self._wasted_now * self.wasted_search_reward
             result.info["wasted"] = self._wasted_now
         return result
+
+    def lookups(self, task: dict[str, Any]) -> dict[str, Any] | None:
+        """The task's lookup chain: its own ``chain`` and ``supporting`` columns when it has them (rows of
+        ``synthetic:world`` read directly), else read from a world question's wording (:func:`world_chain`; the
+        stages pass only the question and its answer); None for a question of a user's corpus."""
+        parsed = world_chain(self.world, self._ids, task.get("question", "")) if self.world else None
+        chain, supporting = task.get("chain"), task.get("supporting")
+        if chain and supporting:
+            return {**(parsed or {"path": None, "answer": None}), "chain": list(chain), "supporting": list(supporting)}
+        return parsed
 
     def _needed(self, passage: dict[str, str]) -> bool:
         """A passage of the question's lookup chain; without a chain, a passage whose words hold an answer's."""
@@ -229,7 +240,7 @@ class SearchEnv(ToolEnvironment):
             raise ConfigError("a search demonstration needs the task's 'ground_truth' (the answer)")
         answer = answers[0]
         question = str(task.get("question", ""))
-        lookups = world_chain(self.world, self._ids, question) if self.world else None
+        lookups = self.lookups(task)
         queries = list(lookups["chain"]) if lookups else [question]
         if self.tools_enabled and lookups:
             share = stable_fraction(question)
@@ -237,7 +248,8 @@ class SearchEnv(ToolEnvironment):
                 rng = random.Random(question)
                 others = [p for p in self.world.people if p not in lookups["chain"]]
                 queries.insert(0, rng.choice(others))
-            elif (share < self.wrong_search_fraction + self.skipped_hop_fraction) and len(queries) >= 2:
+            elif (share < self.wrong_search_fraction + self.skipped_hop_fraction and len(queries) >= 2
+                  and lookups["path"]):
                 queries = queries[:-1]  # the last passage read holds a person's facts, not an organisation's
                 last = lookups["path"][-1]
                 answer = self.world.get(queries[-1], "lives_in" if last == "located_in" else last)
