@@ -209,7 +209,7 @@ def test_imperfect_demonstrations_search_a_wrong_person_first_or_skip_a_hop(worl
 
 def test_a_rows_own_chain_and_supporting_passages_decide_what_is_useful(tmp_path):
     env = SearchEnv(corpus=str(write_jsonl(tmp_path / "c.jsonl", CORPUS)))
-    row = {"question": "Where does the river that flows through Lake Geneva reach the sea?", "ground_truth": "Marseille",
+    row = {"question": "Where does the river through Lake Geneva reach the sea?", "ground_truth": "Marseille",
            "chain": ["Lake Geneva", "Rhone"], "supporting": ["d2", "d3"]}
     assert [m["content"] for m in env.demonstration(row) if m["role"] == "assistant"] == [
         search("Lake Geneva"), search("Rhone"), "Final Answer: Marseille"]
