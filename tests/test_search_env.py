@@ -243,6 +243,15 @@ def test_the_world_dataset_has_name_answers_disjoint_splits_and_prefix_test_spli
         load_task_dataset("synthetic:world", "test", synthetic_test_size=WORLD_TEST_POOL + 1)
 
 
+def test_the_data_command_shows_the_world_questions_and_refuses_step_settings(capsys):
+    from agentic_rl.cli import main
+
+    assert main(["data", "stats", "--source", "synthetic:world", "--split", "test", "--synthetic-test-size", "60"]) == 0
+    assert "answers: 60 not numbers" in capsys.readouterr().out
+    assert main(["data", "preview", "--source", "synthetic:world", "--n", "1", "--max-steps", "5"]) == 2
+    assert "synthetic:world takes no synthetic option (max_steps)" in capsys.readouterr().err
+
+
 def test_a_user_qa_file_reads_answer_strings_and_answer_lists(user_files, tmp_path):
     corpus, qa = user_files
     rows = load_task_dataset(str(qa), "train", text_answers=True).to_list()
