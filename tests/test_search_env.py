@@ -148,7 +148,7 @@ def test_rewards_and_limits_are_settings_and_bad_values_are_one_line_errors():
     assert env.step(search("other")).text.startswith("error: the limit of 1 tool calls")
     for kwargs, message in (({"top_k": 0}, "top_k"), ({"wasted_search_reward": 0.1}, "wasted_search_reward"),
                             ({"corpus": "nowhere.jsonl"}, "corpus"), ({"wrong_search_fraction": 2}, "wrong_search"),
-                            ({"world_seed": "a"}, "world_seed")):
+                            ({"world_seed": "a"}, "world_seed"), ({"useful_search_reward": "lots"}, "useful_search")):
         with pytest.raises(ConfigError, match=message):
             SearchEnv(**kwargs)
 

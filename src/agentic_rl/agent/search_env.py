@@ -32,6 +32,7 @@ the last passage read, which is wrong.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from functools import lru_cache
@@ -70,6 +71,7 @@ def _file_retriever(path: str, mtime_ns: int, size: int) -> Retriever:
     return Retriever(read_corpus(path))
 
 
+@lru_cache(maxsize=1)
 def _question_patterns() -> list[tuple[re.Pattern, str]]:
     from agentic_rl.data.world import LAST_HOP
 
@@ -125,7 +127,11 @@ class SearchEnv(ToolEnvironment):
             raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
         if isinstance(world_seed, bool) or not isinstance(world_seed, int):
             raise ConfigError(f"world_seed must be an integer (the dataset's synthetic_seed), got {world_seed!r}")
-        if wasted_search_reward > 0:
+        for name, value in (("useful_search_reward", useful_search_reward),
+                            ("wasted_search_reward", wasted_search_reward)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"{name} must be a number, got {value!r}")
+        if wasted_search_reward > 0:  # a positive value would reward repeating a search
             raise ConfigError(f"wasted_search_reward must be <= 0, got {wasted_search_reward}")
         for name, share in (("wrong_search_fraction", wrong_search_fraction),
                             ("skipped_hop_fraction", skipped_hop_fraction)):
