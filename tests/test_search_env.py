@@ -308,3 +308,18 @@ def test_a_users_corpus_and_qa_files_train_sft_and_two_grpo_steps_and_evaluate(t
     assert {"searches", "useful_searches", "wasted_searches"} <= set(metrics["with_tools"])
     episodes = read_jsonl(tmp_path / "eval" / "episodes_with_tools.jsonl")
     assert {e["question"] for e in episodes} == {r["question"] for r in QA}
+
+
+def test_the_run_report_and_summary_show_the_search_statistics(tmp_path):
+    from agentic_rl.pipeline import ENVIRONMENT_SUMMARY_KEYS
+    from agentic_rl.report import write_pipeline_report
+
+    metrics = {"environment": "search", "num_prompts": 8, "accuracy_strict": 0.5, "accuracy_without_tools": 0.125,
+               "tool_call_rate": 0.75, "useful_call_rate": 0.5, "tool_error_rate": 0.0, "turns_per_episode": 2.5,
+               "searches": 1.625, "useful_search_rate": 0.8}
+    report = write_pipeline_report(tmp_path, {"name": "s", "seed": 0, "stages": {"sft": {"metrics": metrics}}})
+    lines = report.read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| stage |"))
+    assert header.endswith("| searches / episode | useful searches | 95 % interval |")
+    assert "| 2.50 | 1.62 | 80.0% |" in next(line for line in lines if line.startswith("| sft |"))
+    assert {"searches", "useful_search_rate"} <= set(ENVIRONMENT_SUMMARY_KEYS)
