@@ -266,6 +266,14 @@ def test_a_user_qa_file_reads_answer_strings_and_answer_lists(user_files, tmp_pa
         with pytest.raises(DataError, match=message):
             load_task_dataset(str(write_jsonl(tmp_path / "bad.jsonl", [bad])), "train", text_answers=True)
 
+    from agentic_rl.agent.tasks import demonstration
+    from agentic_rl.data import to_sft_dataset
+
+    # Shown without the environment (SFT's direct rows, single-turn SFT): the first accepted answer, no steps.
+    assert [demonstration(r, tools=False)[0]["content"] for r in rows[:2]] == ["Final Answer: Marseille",
+                                                                               "Final Answer: Mont Blanc"]
+    assert [c[-1]["content"] for c in to_sft_dataset(rows[:2])["completion"]] == ["Final Answer: Marseille",
+                                                                                  "Final Answer: Mont Blanc"]
     env = SearchEnv(corpus=str(corpus))
     for row in rows:
         demo = env.demonstration(row)

@@ -44,8 +44,8 @@ from agentic_rl.agent.retrieval import Retriever, read_corpus, words
 from agentic_rl.agent.self_correct_env import stable_fraction
 from agentic_rl.agent.tool_format import render_tool_call, tool_message
 from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S
+from agentic_rl.data.formats import accepted_answers
 from agentic_rl.errors import ConfigError
-from agentic_rl.rewards.extraction import accepted_answers
 
 #: The corpus of the world the ``synthetic:world`` dataset asks about.
 WORLD_CORPUS = "synthetic:world"

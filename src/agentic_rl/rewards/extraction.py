@@ -73,6 +73,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
+from agentic_rl.data.formats import accepted_answers
+
 __all__ = [
     "completion_text", "extract_answer", "parse_number", "answers_match", "is_correct", "find_final_answers",
     "FinalAnswers", "FINAL_ANSWER_RE", "normalise_text", "accepted_answers", "is_text_answer", "same_name",
@@ -928,24 +930,6 @@ def is_correct(completion: Any, ground_truth: Any, mode: str = "strict", use_mat
 _LETTER_RE = re.compile(r"[^\W\d_]")
 _MARKUP_RE = re.compile(r"[*_`]+")
 _EDGE_PUNCTUATION = " \t\n\"'.,;:!?()[]{}<>«»“”‘’"
-
-
-def accepted_answers(ground_truth: Any) -> list[Any]:
-    """The answers a ground truth accepts: the items of a list (or of a string holding a JSON list of strings,
-    as a dataset column stores several accepted answers, ``'["Paris", "Paris, France"]'``); else the ground truth
-    alone."""
-    if isinstance(ground_truth, (list, tuple)):
-        return list(ground_truth)
-    if isinstance(ground_truth, str) and ground_truth.startswith("[") and ground_truth.endswith("]"):
-        import json
-
-        try:
-            items = json.loads(ground_truth)
-        except ValueError:
-            return [ground_truth]
-        if isinstance(items, list) and items and all(isinstance(item, str) for item in items):
-            return items
-    return [ground_truth]
 
 
 def is_text_answer(ground_truth: Any) -> bool:
