@@ -241,6 +241,8 @@ def test_the_world_dataset_has_name_answers_disjoint_splits_and_prefix_test_spli
     assert load_task_dataset("synthetic:world", "test", synthetic_test_size=5, synthetic_seed=1)["question"] != test[:5]
     with pytest.raises(ConfigError, match="synthetic_test_size"):
         load_task_dataset("synthetic:world", "test", synthetic_test_size=WORLD_TEST_POOL + 1)
+    with pytest.raises(ConfigError, match=r"too few questions for 9000 training rows .* \(max_train_samples\)$"):
+        load_task_dataset("synthetic:world", "train", synthetic_train_size=9000)
 
 
 def test_the_data_command_shows_the_world_questions_and_refuses_step_settings(capsys):

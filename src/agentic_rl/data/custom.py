@@ -77,7 +77,11 @@ WORLD_TEST_POOL = 2000
 def _world_split_rows(seed: int, n_train: int) -> tuple[Any, tuple[dict, ...], tuple[dict, ...]]:
     from agentic_rl.data.world import world_splits
 
-    world, train, test = world_splits(n_train, WORLD_TEST_POOL, seed, **WORLD_SIZE)
+    try:
+        world, train, test = world_splits(n_train, WORLD_TEST_POOL, seed, **WORLD_SIZE)
+    except ConfigError:
+        raise ConfigError(f"synthetic:world has too few questions for {n_train} training rows beside its "
+                          f"{WORLD_TEST_POOL} test questions; ask for fewer (max_train_samples)") from None
     return world, tuple(train), tuple(test)
 
 
