@@ -176,17 +176,31 @@ def test_quickstart_command_rejects_unknown_flags_and_stage_names(tmp_path, caps
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
+def _embedded_base_shipped() -> bool:
+    from agentic_rl.models.embedded import EMBEDDED_DIR, WEIGHTS_FILE
+
+    return (EMBEDDED_DIR / WEIGHTS_FILE).is_file()
+
+
 @pytest.mark.stage  # trains without the model fixtures
-def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(tmp_path, monkeypatch):
-    """`quickstart --preset agentic --smoke`: the pipeline's layout, with every stage evaluated in the environment
-    with and without tools; the summary's numbers are the episodes' own."""
+@pytest.mark.parametrize("preset, environment", [
+    ("agentic", "calculator"),
+    pytest.param("search", "search", marks=pytest.mark.skipif(
+        not _embedded_base_shipped(), reason="the search smoke preset starts from the shipped embedded base, whose "
+        "weights (models/embedded_base/model.safetensors) are not in this checkout")),
+])
+def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(tmp_path, monkeypatch, preset,
+                                                                               environment):
+    """`quickstart --preset agentic --smoke` (and `--preset search --smoke`): the pipeline's layout, with every stage
+    evaluated in the environment with and without tools; the summary's numbers are the episodes' own."""
     monkeypatch.chdir(tmp_path)  # the quickstart writes runs/<name>/ under the working directory
-    summary = run_quickstart(QuickstartConfig(preset="agentic", smoke=True, name="agentic"))
-    out = tmp_path / "runs" / "agentic"
+    summary = run_quickstart(QuickstartConfig(preset=preset, smoke=True, name=preset))
+    out = tmp_path / "runs" / preset
     on_disk = json.loads((out / "summary.json").read_text())
-    assert on_disk["stages"].keys() >= {"pretrain", "base", "sft", "grpo", "export"}
+    expected = {"base", "sft", "grpo", "export"} | ({"pretrain"} if preset == "agentic" else set())
+    assert on_disk["stages"].keys() >= expected
     report = (out / "report.md").read_text()
-    assert "in environment `calculator`" in report
+    assert f"in environment `{environment}`" in report
     assert "| stage | accuracy with tools | without tools | tool-call rate |" in report
     questions = {}
     for stage in ("base", "sft", "grpo"):
@@ -213,7 +227,7 @@ def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(t
     before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in out.rglob("*") if p.name != LOCK_FILE}
     # Another seed does not reuse this run's stages (nor deletes them): it is an error naming the setting.
     with pytest.raises(ConfigError, match=r"other settings: seed \(0 -> 1\)"):
-        run_quickstart(QuickstartConfig(preset="agentic", smoke=True, name="agentic", seed=1))
+        run_quickstart(QuickstartConfig(preset=preset, smoke=True, name=preset, seed=1))
     assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in out.rglob("*") if p.name != LOCK_FILE} == before
 
 
@@ -260,7 +274,7 @@ def test_sampled_evaluation_needs_the_stage_evaluations():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("preset", ["default", "agentic"])
+@pytest.mark.parametrize("preset", ["default", "agentic", "search"])
 def test_a_smoke_run_without_a_name_never_shares_the_full_runs_directory(preset, monkeypatch):
     """Without --name each preset names its run, so `--smoke` then the full ladder use two directories."""
     import agentic_rl.pipeline as pipeline

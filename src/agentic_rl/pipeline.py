@@ -114,7 +114,7 @@ class PipelineConfig(EnvironmentSettings):
 
 
 #: The embedded presets (``src/agentic_rl/configs/<file>.yaml``; ``--smoke`` takes ``<file>-smoke.yaml``).
-QUICKSTART_PRESETS = {"default": "quickstart", "agentic": "quickstart-agentic"}
+QUICKSTART_PRESETS = {"default": "quickstart", "agentic": "quickstart-agentic", "search": "quickstart-search"}
 
 
 @dataclass
@@ -123,7 +123,8 @@ class QuickstartConfig:
                                      "quickstart, quickstart-smoke, quickstart-agentic, ...)")
     preset: str = setting("default", "the embedded ladder: 'default' (single-turn GSM8K-style problems) or 'agentic' "
                                      "(multi-turn calculator tool use: SFT on tool-use episodes, then GRPO in the "
-                                     "environment)", choices=list(QUICKSTART_PRESETS))
+                                     "environment) or 'search' (multi-hop questions about a fictional world answered "
+                                     "with a search tool)", choices=list(QUICKSTART_PRESETS))
     seed: int = setting(0, "random seed (data, initialisation, training)")
     fresh: bool = setting(False, "delete the run directory and start over")
     eval_samples: int | None = setting(None, "held-out problems each stage is evaluated on (default: the preset's, "
@@ -221,7 +222,8 @@ def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, su
 
 #: What ``summary.json`` holds per stage next to ``accuracy`` (with tools) for a run in an environment.
 ENVIRONMENT_SUMMARY_KEYS = ("accuracy_without_tools", "tool_call_rate", "tool_error_rate", "useful_call_rate",
-                            "tool_calls_per_episode", "turns_per_episode", "attempts")  # and success_at_<k>
+                            "tool_calls_per_episode", "turns_per_episode", "attempts", "searches",
+                            "useful_search_rate", "wasted_searches")  # and success_at_<k>
 
 
 #: What the pipeline sets per run in a stage's settings, on top of what the stage inherits from the top level

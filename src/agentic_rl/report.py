@@ -28,6 +28,11 @@ ENVIRONMENT_COLUMNS = [
     ("tool errors", "tool_error_rate", "{:.1%}"),
     ("turns / episode", "turns_per_episode", "{:.2f}"),
 ]
+#: Columns added when the environment reports these numbers (the search environment's).
+ENVIRONMENT_OWN_COLUMNS = [
+    ("searches / episode", "searches", "{:.2f}"),
+    ("useful searches", "useful_search_rate", "{:.1%}"),
+]
 
 
 def _fmt(value: Any, pattern: str) -> str:
@@ -199,6 +204,7 @@ def write_pipeline_report(root: Path, summary: dict[str, Any]) -> Path:
         environment = first.get("environment")
         columns = list(ENVIRONMENT_COLUMNS if environment else TABLE_COLUMNS)
         columns += [(key.replace("_", " "), key, "{:.1%}") for key in first if key.startswith("success_at_")]
+        columns += [column for column in ENVIRONMENT_OWN_COLUMNS if environment and column[1] in first]
         title = f"in environment `{environment}`, greedy episodes" if environment else "greedy"
         lines += [f"## Held-out comparison ({n} problems, {title})", "",
                   "| stage | " + " | ".join(title for title, _, _ in columns) + " | 95 % interval |"

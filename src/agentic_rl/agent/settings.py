@@ -20,7 +20,8 @@ from agentic_rl.errors import ConfigError
 @dataclass
 class EnvironmentSettings:
     environment: str | None = setting(
-        None, "multi-turn environment: 'calculator' (tool use), 'self_correct' (retry after feedback), or "
+        None, "multi-turn environment: 'calculator' (tool use), 'self_correct' (retry after feedback), 'search' "
+        "(multi-hop questions answered with a search tool over a corpus), or "
         "'module:Class' (yours: our Environment API, or TRL's environment_factory shape with reset(**row) and typed "
         "tool methods); unset: single-turn prompts and completions")
     environment_args: dict[str, Any] = setting({}, "extra keyword arguments of the environment's constructor (a YAML "
@@ -67,6 +68,16 @@ class EnvironmentSettings:
     def shared_environment_settings(self) -> dict[str, Any]:
         """Every setting of :class:`EnvironmentSettings` with its value here, as another stage's config takes them."""
         return {f.name: getattr(self, f.name) for f in fields(EnvironmentSettings)}
+
+    def answers_are_text(self) -> bool:
+        """Whether the environment's answers are names or short text (its class sets ``text_answers = True``, as
+        the search environment does): the stages then load the dataset's answers as text
+        (``load_task_dataset(text_answers=True)``) instead of requiring numbers."""
+        if self.environment is None:
+            return False
+        from agentic_rl.agent.env import get_environment_factory
+
+        return bool(getattr(get_environment_factory(self.environment), "text_answers", False))
 
     def environment_settings(self) -> dict[str, Any]:
         """The environment's constructor settings (``environment_factory`` passes those its class accepts)."""

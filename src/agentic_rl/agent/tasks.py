@@ -29,7 +29,7 @@ from typing import Any
 from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.agent.rollout import encode_episode, prompt_with_observation, reset_episode
 from agentic_rl.agent.tool_format import ChatFormat, render_tool_call, tool_message
-from agentic_rl.data.formats import CALC_STEP, SYSTEM_PROMPT, build_prompt, format_solution
+from agentic_rl.data.formats import CALC_STEP, SYSTEM_PROMPT, accepted_answers, build_prompt, format_solution
 from agentic_rl.errors import DataError
 
 AGENT_SYSTEM_PROMPT = (
@@ -97,9 +97,18 @@ def demonstration(row: dict[str, Any], *, tools: bool = True, tool_name: str = "
             messages.append({"role": "assistant",
                              "content": render_tool_call(tool_name, {"expression": expression.strip()})})
             messages.append(tool_message(tool_name, value.strip()))
+    final = reference_answer(row["ground_truth"])
     steps = [] if messages and final_turn == "answer" else solution_steps(row["answer"])
-    messages.append({"role": "assistant", "content": format_solution(steps, row["ground_truth"])})
+    if [" ".join(step.split()) for step in steps] == [" ".join(final.split())]:
+        steps = []  # a bare answer (a QA file's "Marseille") is the final answer, not a step before it
+    messages.append({"role": "assistant", "content": format_solution(steps, final)})
     return messages
+
+
+def reference_answer(ground_truth: Any) -> str:
+    """The answer a demonstration writes: the ground truth, or the first of several accepted answers (a QA row's
+    ``answers`` list, stored as a JSON list)."""
+    return str(accepted_answers(ground_truth)[0])
 
 
 def demonstration_examples(tokenizer, rows: list[dict[str, Any]], *, tools: bool = True,

@@ -6,9 +6,9 @@ exact chat-template text when ``--model`` names a tokenizer) and the completion 
 of the ground-truth answers and question lengths.
 
 The source is anything ``load_task_dataset`` reads: ``synthetic`` (default), ``synthetic:multiplication``,
-``gsm8k`` (the hub's ``openai/gsm8k``), a hub id, a local file or a folder of ``train``/``test`` files (e.g. a copy of
-GSM8K as ``gsm8k/train.jsonl`` and ``gsm8k/test.jsonl`` with its ``question`` and ``answer`` columns), with optional
-column mapping::
+``synthetic:world``, ``gsm8k`` (the hub's ``openai/gsm8k``), a hub id, a local file or a folder of
+``train``/``test`` files (e.g. a copy of GSM8K as ``gsm8k/train.jsonl`` and ``gsm8k/test.jsonl`` with its
+``question`` and ``answer`` columns), with optional column mapping::
 
     agentic-rl data preview
     agentic-rl data stats --source openai/gsm8k --split test
@@ -22,8 +22,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_rl.config import SEED_RANGE, check_range, setting
-from agentic_rl.data.custom import load_task_dataset
+from agentic_rl.config import SEED_RANGE, changed_from_default, check_range, setting
+from agentic_rl.data.custom import TEXT_ANSWER_DATASETS, load_task_dataset
 from agentic_rl.data.formats import SYSTEM_PROMPT, build_prompt, render_prompt
 from agentic_rl.data.gsm8k import is_number
 from agentic_rl.errors import ModelLoadError
@@ -67,8 +67,11 @@ class DataCommandConfig:
         synthetic = {}
         if self.source.startswith("synthetic"):
             synthetic = {"synthetic_seed": self.synthetic_seed, "synthetic_train_size": self.synthetic_train_size,
-                         "synthetic_test_size": self.synthetic_test_size,
-                         "min_steps": self.min_steps, "max_steps": self.max_steps}
+                         "synthetic_test_size": self.synthetic_test_size}
+            steps = ("min_steps", "max_steps")
+            # the world's questions have hops, not steps: the step settings reach it only if set (and are refused)
+            for name in steps if self.source not in TEXT_ANSWER_DATASETS else changed_from_default(self, steps):
+                synthetic[name] = getattr(self, name)
         return load_task_dataset(
             self.source, self.split, question_field=self.question_field, answer_field=self.answer_field,
             prompt_field=self.prompt_field, completion_field=self.completion_field,
@@ -114,12 +117,15 @@ def preview(config: DataCommandConfig, ds) -> list[dict[str, Any]]:
 
 
 def stats(ds) -> dict[str, Any]:
-    """Counts, step-count histogram, answer range and question lengths; printed and returned."""
+    """Counts, step-count histogram, answer range (and how many answers are text) and question lengths; printed
+    and returned."""
     steps = Counter(ds["num_steps"])
-    answers = [float(a) for a in ds["ground_truth"] if is_number(a)] or [float("nan")]
+    numeric = [float(a) for a in ds["ground_truth"] if is_number(a)]
+    answers = numeric or [float("nan")]
     words = [len(q.split()) for q in ds["question"]]
     result = {
         "rows": len(ds),
+        "text_answers": len(ds) - len(numeric), "distinct_answers": len(set(ds["ground_truth"])),
         "steps_histogram": dict(sorted(steps.items())),
         "answer_min": min(answers), "answer_max": max(answers),
         "answer_median": statistics.median(answers), "answer_mean": statistics.fmean(answers),
@@ -135,9 +141,12 @@ def stats(ds) -> dict[str, Any]:
     def fmt(x: float) -> str:
         return f"{int(x)}" if x.is_integer() else f"{x:.4g}"
 
-    print(f"answers: min {fmt(result['answer_min'])}, median {fmt(result['answer_median'])}, "
-          f"mean {result['answer_mean']:.1f}, max {fmt(result['answer_max'])}; "
-          f"{100 * result['integer_answers']:.1f}% integers")
+    if numeric:
+        print(f"answers: min {fmt(result['answer_min'])}, median {fmt(result['answer_median'])}, "
+              f"mean {result['answer_mean']:.1f}, max {fmt(result['answer_max'])}; "
+              f"{100 * result['integer_answers']:.1f}% integers")
+    if result["text_answers"]:  # names or other text (e.g. synthetic:world)
+        print(f"answers: {result['text_answers']} not numbers, {result['distinct_answers']} distinct answers")
     print(f"question length: mean {result['question_words_mean']:.1f} words, max {result['question_words_max']}")
     return result
 

@@ -3,7 +3,9 @@
 ``load_task_dataset(source, split, ...)`` is the one entry point the stages use. ``source`` is
 
 * a registered name: ``synthetic`` (the embedded task, deterministic train/test), ``synthetic:multiplication``
-  (the tool-use variant), ``gsm8k`` (the hub's ``openai/gsm8k``), or one added with :func:`register_dataset`;
+  (the tool-use variant), ``synthetic:world`` (questions of 1 to 3 hops about a fictional world, answered by a
+  name: the ``search`` environment's task), ``gsm8k`` (the hub's ``openai/gsm8k``), or one added with
+  :func:`register_dataset`;
 * ``module:function`` — your own function ``fn(split, seed) -> list[dict] | datasets.Dataset``;
 * a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file, or a folder holding ``train``/``test`` files;
 * a hub dataset id (``hub_config`` picks its config; ``openai/gsm8k`` uses ``main``).
@@ -26,9 +28,10 @@ is not a number. ``max_samples`` draws that many rows at random with ``seed`` (n
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from collections.abc import Callable
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 from agentic_rl.data.formats import CALC_ANNOTATION, FINAL_ANSWER_PREFIX, format_solution, last_message_index
@@ -62,11 +65,56 @@ def _gsm8k_source(split: str, seed: int) -> Records:
     return read_records(GSM8K_HUB_ID, split, hub_config="main")
 
 
+#: The size of the fictional world of ``synthetic:world`` (one per ``synthetic_seed``): enough people that 1-, 2- and
+#: 3-hop questions fill the stages' default train and test splits.
+WORLD_SIZE = {"n_people": 800, "n_places": 40, "n_orgs": 20}
+#: The ``synthetic:world`` test questions are drawn as this many and cut to ``test_size``: every test split is a
+#: prefix of the same list, and the train split never holds any of them.
+WORLD_TEST_POOL = 2000
+
+
+@lru_cache(maxsize=8)
+def _world_split_rows(seed: int, n_train: int) -> tuple[Any, tuple[dict, ...], tuple[dict, ...]]:
+    from agentic_rl.data.world import world_splits
+
+    try:
+        world, train, test = world_splits(n_train, WORLD_TEST_POOL, seed, **WORLD_SIZE)
+    except ConfigError:
+        raise ConfigError(f"synthetic:world has too few questions for {n_train} training rows beside its "
+                          f"{WORLD_TEST_POOL} test questions; ask for fewer (max_train_samples)") from None
+    return world, tuple(train), tuple(test)
+
+
+def task_world(seed: int = 0):
+    """The fictional world of ``synthetic:world`` for ``synthetic_seed`` ``seed``: the search corpus of its
+    questions (:func:`agentic_rl.data.world.world_splits` with :data:`WORLD_SIZE`)."""
+    return _world_split_rows(seed, 0)[0]
+
+
+def _world_source(split: str, seed: int, *, train_size: int = 2000, test_size: int = SYNTHETIC_TEST_SIZE,
+                  **knobs) -> list[dict[str, Any]]:
+    """Questions of 1 to 3 hops about the world of ``seed``: ``question``, ``answer`` (a name), ``hops``, ``chain``
+    (the titles to look up, in order), ``supporting`` (their passage ids)."""
+    if knobs:
+        raise ConfigError(f"synthetic:world takes no synthetic option ({', '.join(sorted(knobs))})")
+    if split not in ("train", "test"):
+        raise DataError(f"the synthetic:world dataset has splits 'train' and 'test', not '{split}'")
+    if split == "test" and test_size > WORLD_TEST_POOL:
+        raise ConfigError(f"synthetic:world has {WORLD_TEST_POOL} test questions; synthetic_test_size {test_size} "
+                          "asks for more")
+    _, train, test = _world_split_rows(seed, train_size if split == "train" else 0)
+    rows = train if split == "train" else test[:test_size]
+    return [{**row, "chain": list(row["chain"]), "supporting": list(row["supporting"])} for row in rows]
+
+
 DATASETS: dict[str, Callable[..., Any]] = {
     "synthetic": _synthetic_source,
     "synthetic:multiplication": partial(_synthetic_source, kind="multiplication", max_steps=2),
+    "synthetic:world": _world_source,
     "gsm8k": _gsm8k_source,
 }
+#: Registered datasets whose answers are names or short text (scored by the verifier's name comparison).
+TEXT_ANSWER_DATASETS = {"synthetic:world"}
 
 
 def register_dataset(name: str, fn: Callable[..., Any]) -> None:
@@ -144,9 +192,36 @@ def _mapping_hint() -> str:
            "--ground-truth-field)"
 
 
+def _text_answer_row(raw: dict[str, Any], where: str, question: str, columns: str, answer_field: str | None,
+                     ground_truth_field: str | None) -> dict[str, Any]:
+    """A task row whose answer is a name or short text taken as it is: from ``ground_truth_field``/``answer_field``
+    when given, else an ``answers`` list (any listed answer counts) or the usual answer/ground-truth columns."""
+    name = ground_truth_field or answer_field or next(
+        (n for n in ("answers", *GROUND_TRUTH_NAMES, *ANSWER_NAMES) if n in raw), None)
+    if name is None or name not in raw:
+        raise DataError(f"{where}: missing field '{name or 'answer'}' (columns: {columns}); {_mapping_hint()}")
+    value = raw[name]
+    items = value if isinstance(value, list) else [value]
+    accepted: list[str] = []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise DataError(f"{where}: field '{name}': an answer must be text, got {type(item).__name__}")
+        text = " ".join(str(item).split())
+        if not text:
+            raise DataError(f"{where}: field '{name}' (the answer) is empty")
+        if text not in accepted:
+            accepted.append(text)
+    if not accepted:
+        raise DataError(f"{where}: field '{name}' (the answers) is an empty list")
+    # Several accepted answers are stored as a JSON list, which the verifier reads as "any of these".
+    truth = accepted[0] if len(accepted) == 1 else json.dumps(accepted, ensure_ascii=False)
+    return {"question": question.strip(), "answer": value.strip() if isinstance(value, str) else accepted[0],
+            "ground_truth": truth, "num_steps": 0, "steps": [], "solution": format_solution([], accepted[0])}
+
+
 def task_row(raw: dict[str, Any], where: str, *, question_field: str | None = None, answer_field: str | None = None,
              ground_truth_field: str | None = None, numeric_ground_truth: bool = True,
-             keep_annotations: bool = False) -> dict[str, Any]:
+             keep_annotations: bool = False, text_answers: bool = False) -> dict[str, Any]:
     """Validate one raw row and turn it into a canonical task row (see the module docstring)."""
     columns = _one_line(", ".join(map(str, raw))) or "none"  # column names can hold newlines (a quoted CSV header)
     q_name = _pick(raw, question_field, QUESTION_NAMES)
@@ -155,6 +230,8 @@ def task_row(raw: dict[str, Any], where: str, *, question_field: str | None = No
     question = _message_text(raw[q_name], "user")
     if not isinstance(question, str) or not question.strip():
         raise DataError(f"{where}: field '{q_name}' (the question) is empty")
+    if text_answers:
+        return _text_answer_row(raw, where, question, columns, answer_field, ground_truth_field)
 
     a_name = _pick(raw, answer_field, ANSWER_NAMES)
     g_name = _pick(raw, ground_truth_field, GROUND_TRUTH_NAMES if a_name is None else ())
@@ -202,7 +279,7 @@ def load_task_dataset(source: str = "synthetic", split: str = "train", *, questi
                       max_samples: int | None = None, seed: int = 0, numeric_ground_truth: bool = True,
                       keep_annotations: bool = False, hub_config: str | None = None,
                       synthetic_seed: int = 0, synthetic_train_size: int = 2000,
-                      synthetic_test_size: int = SYNTHETIC_TEST_SIZE,
+                      synthetic_test_size: int = SYNTHETIC_TEST_SIZE, text_answers: bool = False,
                       **synthetic_knobs):
     """Canonical task rows (``question answer ground_truth num_steps steps solution``) as a ``datasets.Dataset``.
 
@@ -212,6 +289,10 @@ def load_task_dataset(source: str = "synthetic", split: str = "train", *, questi
     ``synthetic_test_size`` alone and never shares a question with its train split. ``synthetic_knobs``
     (``kind``, ``min_steps``, ``max_steps``, ``max_operand``, ``max_factor``, ``max_answer``, ``ops``, ``digits``;
     see :func:`agentic_rl.data.synthetic.generate_synthetic`) apply to the synthetic sources only.
+
+    ``text_answers`` (always on for ``synthetic:world``) reads answers that are names or short text, as
+    HotpotQA/NQ-style QA files hold them: the ``answer`` string (or ``ground_truth``), or an ``answers`` list of
+    which any counts (stored in ``ground_truth`` as a JSON list); the verifier compares them as names.
     """
     if question_field and prompt_field:
         raise ConfigError("give question_field or prompt_field, not both")
@@ -227,6 +308,7 @@ def load_task_dataset(source: str = "synthetic", split: str = "train", *, questi
         raise DataError(f"{records.origin}: no rows in split '{split}'")
     rows = [task_row(records.rows[i], records.where(i), question_field=question_field or prompt_field,
                      answer_field=answer_field or completion_field, ground_truth_field=ground_truth_field,
-                     numeric_ground_truth=numeric_ground_truth, keep_annotations=keep_annotations)
+                     numeric_ground_truth=numeric_ground_truth, keep_annotations=keep_annotations,
+                     text_answers=text_answers or source in TEXT_ANSWER_DATASETS)
             for i in sample_indices(len(records.rows), max_samples, seed)]
     return rows_to_dataset(rows)

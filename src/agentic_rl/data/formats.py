@@ -19,6 +19,7 @@ Row formats (exactly these fields):
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -114,3 +115,19 @@ def render_prompt(tokenizer, messages: list[dict[str, str]], *, enable_thinking:
     """The prompt string exactly as generation sees it (chat template + generation prompt)."""
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                          **chat_template_kwargs(enable_thinking))
+
+
+def accepted_answers(ground_truth: Any) -> list[Any]:
+    """The answers a ground truth accepts: the items of a list (or of a string holding a JSON list of strings, as a
+    dataset column stores several accepted answers, ``'["Paris", "Paris, France"]'``); else the ground truth alone.
+    Demonstrations write the first; the verifier accepts any."""
+    if isinstance(ground_truth, (list, tuple)):
+        return list(ground_truth)
+    if isinstance(ground_truth, str) and ground_truth.startswith("[") and ground_truth.endswith("]"):
+        try:
+            items = json.loads(ground_truth)
+        except ValueError:
+            return [ground_truth]
+        if isinstance(items, list) and items and all(isinstance(item, str) for item in items):
+            return items
+    return [ground_truth]

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.data.formats import CALC_ANNOTATION, SYSTEM_PROMPT, format_solution, rl_row, sft_row
+from agentic_rl.data.formats import (CALC_ANNOTATION, SYSTEM_PROMPT, accepted_answers, format_solution, rl_row,
+                                    sft_row)
 from agentic_rl.errors import DataError
 from agentic_rl.utils import iter_jsonl, parse_json
 
@@ -348,7 +349,7 @@ def to_sft_dataset(ds, system_prompt: str | None = SYSTEM_PROMPT, *, with_text: 
     n_first = int(round(answer_first_fraction * len(rows)))
     chosen = random.Random(seed).sample(range(len(rows)), n_short + n_first) if n_short + n_first else []
     short, first = set(chosen[:n_short]), set(chosen[n_short:])
-    out = [sft_row(r["question"], [] if i in short else list(r["steps"]), r["ground_truth"],
+    out = [sft_row(r["question"], [] if i in short else list(r["steps"]), accepted_answers(r["ground_truth"])[0],
                    system_prompt=system_prompt, with_text=with_text, answer_first=i in first)
            for i, r in enumerate(rows)]
     if not out:

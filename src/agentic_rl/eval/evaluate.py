@@ -122,7 +122,8 @@ def load_rows(config: EvalConfig) -> list[dict[str, Any]]:
 
     ds = load_task_dataset(config.dataset, config.split, question_field=config.question_field,
                            answer_field=config.answer_field, ground_truth_field=config.ground_truth_field,
-                           max_samples=config.eval_samples, seed=config.seed, synthetic_seed=config.synthetic_seed)
+                           max_samples=config.eval_samples, seed=config.seed, synthetic_seed=config.synthetic_seed,
+                           text_answers=config.answers_are_text())
     return ds.to_list() if hasattr(ds, "to_list") else list(ds)
 
 

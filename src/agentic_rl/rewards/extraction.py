@@ -47,6 +47,12 @@ are joined to it as candidates (``it is 12 or 13``, ``12-13``, ``12 (if rounded 
 with another number or a number word (``18...19``, ``18 or nineteen``), or when a number word is joined to it
 (``eighteen or 19``).
 
+**Names.** A ground truth that is text rather than a number (``"Orla Venn"``, ``"the Salmi Guild"``; not symbolic
+maths) is compared with the answer line's text, exactly after normalisation: case, markdown emphasis, the surrounding
+punctuation, a leading "the" and whitespace do not count (:func:`same_name`). The line must hold exactly that one
+name: ``Final Answer: Orla Venn or Tavo Ruskel`` is no answer to either. A ground truth may list several accepted
+answers (a list, or a string holding a JSON list such as ``'["Paris", "Paris, France"]'``): any of them counts.
+
 All patterns are linear-time (no nested quantifiers that can backtrack) and scanning is bounded, so a 1 MB
 completion is read in milliseconds.
 
@@ -67,9 +73,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
+from agentic_rl.data.formats import accepted_answers
+
 __all__ = [
     "completion_text", "extract_answer", "parse_number", "answers_match", "is_correct", "find_final_answers",
-    "FinalAnswers", "FINAL_ANSWER_RE", "normalise_text",
+    "FinalAnswers", "FINAL_ANSWER_RE", "normalise_text", "accepted_answers", "is_text_answer", "same_name",
 ]
 
 # Bounds that keep every function fast on adversarial input.
@@ -881,16 +889,26 @@ def is_correct(completion: Any, ground_truth: Any, mode: str = "strict", use_mat
                rel_tol: float = 1e-6, abs_tol: float = 1e-6) -> bool:
     """Whether a completion's final answer equals the ground truth. Never raises on any completion text.
 
-    Used by :class:`~agentic_rl.rewards.AccuracyReward` and by evaluation alike.
+    Used by :class:`~agentic_rl.rewards.AccuracyReward` and by evaluation alike. A ground truth that is a name
+    (:func:`is_text_answer`) is compared by :func:`same_name`; one that lists several answers
+    (:func:`accepted_answers`) accepts any of them.
 
     >>> is_correct("48 + 24 = 72\\nFinal Answer: 72", "72"), is_correct("Final Answer: 73", "72")
     (True, False)
     """
     if mode not in ("strict", "lenient"):
         raise ValueError(f"mode must be 'strict' or 'lenient', got {mode!r}")
+    accepted = accepted_answers(ground_truth)
+    if len(accepted) > 1:  # several accepted answers: any of them
+        return any(is_correct(completion, truth, mode, use_math_verify, rel_tol, abs_tol) for truth in accepted)
+    ground_truth = accepted[0] if accepted else ground_truth
     text = normalise_text(completion_text(completion))
     value, finals, hedged = _extract(text, mode)
-    if finals.conflict or hedged or ground_truth is None:
+    if finals.conflict or ground_truth is None:
+        return False
+    if is_text_answer(ground_truth):  # a name: the answer line is exactly it (an exact name cannot be a hedge)
+        return bool(finals.spans) and same_name(finals.spans[0], str(ground_truth))
+    if hedged:
         return False
     if value is not None and answers_match(_normalise(value), str(ground_truth), rel_tol, abs_tol):
         return True
@@ -903,6 +921,39 @@ def is_correct(completion: Any, ground_truth: Any, mode: str = "strict", use_mat
     else:
         return False
     return math_verify_match(candidate, str(ground_truth))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Names and other short text answers
+# ---------------------------------------------------------------------------------------------------------------
+
+_LETTER_RE = re.compile(r"[^\W\d_]")
+_MARKUP_RE = re.compile(r"[*_`]+")
+_EDGE_PUNCTUATION = " \t\n\"'.,;:!?()[]{}<>«»“”‘’"
+
+
+def is_text_answer(ground_truth: Any) -> bool:
+    """Whether a ground truth is a name or other text (has a letter, is not a number, not symbolic maths):
+    compared by :func:`same_name`."""
+    truth = str(ground_truth)
+    return bool(_LETTER_RE.search(truth)) and parse_number(truth) is None and not _SYMBOLIC_RE.search(truth)
+
+
+def name_key(text: str) -> str:
+    """A name as compared: normalised text, markdown emphasis removed, case folded, the surrounding punctuation
+    and a leading "the" dropped, whitespace collapsed (``"**The Salmi Guild.**"`` -> ``"salmi guild"``)."""
+    key = " ".join(_MARKUP_RE.sub("", normalise_text(text[:MAX_SPAN_CHARS])).casefold().split())
+    key = key.strip(_EDGE_PUNCTUATION)
+    if key.startswith("the "):
+        key = key[4:].lstrip(_EDGE_PUNCTUATION)
+    return key
+
+
+def same_name(answer: str, truth: str) -> bool:
+    """Whether a final answer's text is exactly the name ``truth`` after :func:`name_key`: the answer line holds
+    that one name and nothing else ("Orla Venn or Tavo Ruskel" is not "Orla Venn")."""
+    key = name_key(answer)
+    return bool(key) and key == name_key(truth)
 
 
 # ---------------------------------------------------------------------------------------------------------------

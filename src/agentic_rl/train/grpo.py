@@ -338,7 +338,8 @@ def load_data(config: GRPOConfig, env: Any = None):
     carve = n_heldout > 0 and config.heldout_split == config.split and config.heldout_dataset in (None, config.dataset)
     columns: dict[str, Any] = {"question_field": config.question_field, "answer_field": config.answer_field,
                                "ground_truth_field": config.ground_truth_field}
-    extra: dict[str, Any] = {**columns, "synthetic_seed": config.synthetic_seed}
+    text_answers = config.answers_are_text()
+    extra: dict[str, Any] = {**columns, "synthetic_seed": config.synthetic_seed, "text_answers": text_answers}
     if config.dataset.startswith("synthetic"):
         extra["synthetic_train_size"] = config.max_train_samples
         # Training questions never include any of the first SYNTHETIC_TEST_GUARD test questions (the synthetic test
@@ -354,7 +355,8 @@ def load_data(config: GRPOConfig, env: Any = None):
             warn(f"heldout_split 'test': best/ and the held-out curve are chosen on the test split that the final "
                  f"evaluation reports; leave heldout_split at '{config.split}' for a validation slice of it")
         held = load_task_dataset(source, split=config.heldout_split, seed=config.seed, max_samples=n_heldout,
-                                 synthetic_seed=config.synthetic_seed, **(columns if source == config.dataset else {}))
+                                 synthetic_seed=config.synthetic_seed, text_answers=text_answers,
+                                 **(columns if source == config.dataset else {}))
         heldout = to_rl_dataset(held, system_prompt).to_list()
     if config.max_train_samples:
         rows = rows[:config.max_train_samples]

@@ -206,7 +206,7 @@ def _task_rows_and_validation(config: SFTConfig):
 
     options = dict(question_field=config.question_field, answer_field=config.answer_field,
                    ground_truth_field=config.ground_truth_field, synthetic_seed=config.synthetic_seed,
-                   synthetic_test_size=config.synthetic_test_size)
+                   synthetic_test_size=config.synthetic_test_size, text_answers=config.answers_are_text())
     synthetic_rows = config.max_train_samples or SFT_SYNTHETIC_TRAIN_ROWS
     if not config.eval_samples:
         return load_task_dataset(config.dataset, config.split, max_samples=config.max_train_samples, seed=config.seed,
