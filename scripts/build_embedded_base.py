@@ -5,8 +5,7 @@
 
 1. ``agentic-rl pretrain --config configs/embedded-base.yaml --output-dir runs/embedded-base`` (resumable with
    ``--resume``: the run directory keeps its checkpoints);
-2. :func:`agentic_rl.models.embedded.ship`: float16 weights, tokenizer, and the card with the probe scores and the
-   weights' sha256.
+2. :func:`ship`: float16 weights, tokenizer, and the card with the probe scores and the weights' sha256.
 
 Run it with ``OMP_NUM_THREADS=1`` for a bit-identical rebuild (the shipped weights were built that way: the order of
 floating-point sums depends on the thread count). ``--check`` writes the candidate into ``runs/embedded-base/shipped``
@@ -18,17 +17,78 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from agentic_rl.config import config_from_dict
 from agentic_rl.errors import AgenticRLError
-from agentic_rl.models.embedded import EMBEDDED_DIR, read_card, ship
+from agentic_rl.models.embedded import CARD_FILE, EMBEDDED_DIR, WEIGHTS_FILE, file_sha256, read_card
 from agentic_rl.train.pretrain import BROAD_MIX, PretrainConfig
 from agentic_rl.train.pretrain import run as run_pretrain
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "configs" / "embedded-base.yaml"
+
+
+def ship(model_dir: str | Path, dest: str | Path, *, recipe: dict[str, Any], command: str) -> dict[str, Any]:
+    """Write the pretrained model in ``model_dir`` into ``dest`` as the shipped base: float16 weights, the tokenizer,
+    and a card with the probe scores measured on the float16 weights as they will load, and their sha256."""
+    import torch
+    import yaml
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentic_rl.models.loading import save_model_atomically
+    from agentic_rl.models.probes import run_probes
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = model.to(torch.float16)
+    dest = save_model_atomically(model, tokenizer, dest)
+    shipped = AutoModelForCausalLM.from_pretrained(dest, dtype=torch.float32)  # exactly what `embedded` loads
+    n_params = sum(p.numel() for p in shipped.parameters())
+    card = {
+        "library_name": "transformers",
+        "pipeline_tag": "text-generation",
+        "architecture": "Qwen3ForCausalLM",
+        "parameters": n_params,
+        "weights_dtype": "float16",
+        "weights_bytes": (Path(dest) / WEIGHTS_FILE).stat().st_size,
+        "sha256": file_sha256(Path(dest) / WEIGHTS_FILE),
+        "command": command,
+        "recipe": recipe,
+        "probes": run_probes(shipped, tokenizer),
+    }
+    (Path(dest) / CARD_FILE).write_text("---\n" + yaml.safe_dump(card, sort_keys=False) + "---\n\n" + _card_body(card),
+                                        encoding="utf-8")
+    return card
+
+
+def _card_body(card: dict[str, Any]) -> str:
+    from agentic_rl.models.probes import PROBES
+
+    recipe = card["recipe"]
+    mix = ", ".join(f"{kind} {share:.1%}" for kind, share in recipe.get("corpus_mix", {}).items())
+    probes = "\n".join(f"| {name} | {card['probes'][name]:.1%} |" for name in PROBES)
+    return f"""# The agentic-rl embedded base
+
+A {card['parameters'] / 1e6:.2f}M-parameter Qwen3-architecture causal LM with its own byte-level BPE tokenizer (one
+token per digit, Qwen3's chat template, tool-call tokens), pretrained on a synthetic corpus only. It is the starting
+point of every embedded preset (`model: embedded`), as a released checkpoint is for real runs. It knows no facts:
+its corpus is arithmetic, templated word problems, number lists and fictional worlds.
+
+- Corpus mix ({recipe.get('corpus_lines')} lines): {mix}.
+- Training: {recipe.get('max_steps')} steps of {recipe.get('batch_size')} blocks of {recipe.get('seq_length')} tokens,
+  learning rate {recipe.get('learning_rate')}, fp32 on CPU; stored in float16 ({card['weights_bytes'] / 1e6:.1f} MB).
+- Rebuild: `{card['command']}`.
+- Weights sha256: `{card['sha256']}`.
+
+## Probes (greedy, held-out; `agentic_rl.models.probes`)
+
+| probe | score |
+|---|---|
+{probes}
+"""
 
 
 def main(argv: list[str] | None = None) -> int:

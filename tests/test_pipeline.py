@@ -13,6 +13,8 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.locking import LOCK_FILE
 from agentic_rl.pipeline import QuickstartConfig, load_pipeline_config, preset_path, run_pipeline, run_quickstart
 
+PRESET_DIR = preset_path("quickstart").parent
+
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
@@ -153,18 +155,18 @@ def test_a_typo_in_a_stage_section_fails_before_any_training(tmp_path):
 ])
 def test_a_bad_value_in_the_last_stage_fails_before_the_first_stage_runs(tmp_path, key, value, message):
     """A pipeline YAML is checked in full (types, ranges, cross-field rules of every stage section)
-    before pretraining starts, not when the run reaches that section."""
+    before the first stage starts, not when the run reaches that section."""
     config = load_pipeline_config(preset_path("quickstart-smoke"))
     path = tmp_path / "p.yaml"
     save_config(config, path)
     data = yaml.safe_load(path.read_text())
-    # sft_continued is the last training stage (only export follows); pretraining is the first
-    assert data["stages"][-2:] == ["sft_continued", "export"] and data["stages"][0] == "pretrain"
+    # sft_continued is the last training stage (only export follows); SFT is the first
+    assert data["stages"][-2:] == ["sft_continued", "export"] and data["stages"][0] == "sft"
     data["sft_continued"][key] = value
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=message):
         run_pipeline(load_pipeline_config(path, {"output_dir": str(tmp_path / "run")}))
-    assert not (tmp_path / "run" / "pretrain").exists()
+    assert not (tmp_path / "run" / "sft").exists()
 
 
 def test_quickstart_command_rejects_unknown_flags_and_stage_names(tmp_path, capsys):
@@ -231,14 +233,11 @@ def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(t
     assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in out.rglob("*") if p.name != LOCK_FILE} == before
 
 
-@pytest.mark.parametrize("preset, expected", [
-    ("quickstart-agentic", {"corpus": "arithmetic+copy", "copy_layout": "call", "tool_call_tokens": True}),
-    ("quickstart", {"corpus": "arithmetic+copy", "copy_layout": "answer"})])
-def test_smoke_presets_pretrain_with_the_full_presets_corpus_and_tokenizer_options(preset, expected):
-    """CI runs the smoke presets: their base is built by the same corpus and tokenizer code as the full preset's."""
-    full = load_pipeline_config(preset_path(preset)).pretrain
-    smoke = load_pipeline_config(preset_path(f"{preset}-smoke")).pretrain
-    assert {k: smoke.get(k) for k in expected} == {k: full.get(k) for k in expected} == expected
+@pytest.mark.parametrize("preset", sorted(p.stem for p in PRESET_DIR.glob("quickstart*.yaml")))
+def test_every_embedded_preset_starts_from_the_shipped_base(preset):
+    """Seeds vary SFT and RL only: no preset pretrains a base of its own (pretraining is opt-in)."""
+    config = load_pipeline_config(preset_path(preset))
+    assert config.model == "embedded" and "pretrain" not in config.stages and not config.pretrain
 
 
 @pytest.mark.parametrize("preset", ["quickstart", "quickstart-smoke"])

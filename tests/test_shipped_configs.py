@@ -77,6 +77,19 @@ def test_project_yaml_loads_into_its_schema(path):
         cls, _ = stage_class(tune.stage)
         validate_space(cls, parse_space(tune.space, tune.params), base_values(tune, cls), tune.search)
         return
+    if "stages" not in data:  # one stage's settings file (`agentic-rl STAGE --config FILE`): exactly one stage takes it
+        from agentic_rl.errors import ConfigError
+        from agentic_rl.stages import STAGES
+
+        accepted = []
+        for stage in STAGES.values():
+            try:
+                config_from_dict(stage.config_class, data, where=str(path))
+                accepted.append(stage.name)
+            except ConfigError:
+                pass
+        assert len(accepted) == 1, f"{path.name}: stages that accept it: {accepted}"
+        return
     from agentic_rl.pipeline import _check_sections, load_pipeline_config
 
     pipeline = load_pipeline_config(path)

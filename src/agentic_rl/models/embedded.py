@@ -10,7 +10,7 @@ stages' precision) and ``README.md``, the model card: its YAML header records th
 the probe scores (:mod:`agentic_rl.models.probes`) and the weights' sha256, which a test checks against the file.
 
 Rebuild: ``make embedded-base`` (``scripts/build_embedded_base.py``: the pretrain stage with
-``configs/embedded-base.yaml``, then :func:`ship`).
+``configs/embedded-base.yaml``, then the float16 copy and its card).
 """
 
 from __future__ import annotations
@@ -56,75 +56,10 @@ def read_card(folder: str | Path = EMBEDDED_DIR) -> dict[str, Any]:
 
 
 def describe_base(model: str) -> dict[str, Any]:
-    """What a report names as a run's base: ``{"base": "embedded" or the path/id, "sha256": ... when known}``."""
-    from agentic_rl.models.loading import resolve_model_path
-
+    """What a report names as a run's base: ``{"base": "embedded" or the path/id, "sha256": ...}``, the digest of its
+    ``model.safetensors`` when it is the shipped base or a local folder holding one."""
     described: dict[str, Any] = {"base": model}
-    try:
-        folder = Path(resolve_model_path(model))
-    except ModelLoadError:
-        return described
-    weights = folder / WEIGHTS_FILE
+    weights = (EMBEDDED_DIR if model == EMBEDDED else Path(model)) / WEIGHTS_FILE
     if weights.is_file():
         described["sha256"] = file_sha256(weights)
     return described
-
-
-def ship(model_dir: str | Path, dest: str | Path, *, recipe: dict[str, Any], command: str) -> dict[str, Any]:
-    """Write the pretrained model in ``model_dir`` into ``dest`` as the shipped base: float16 weights, the tokenizer,
-    and a card with the probe scores measured on the float16 weights as they will load, and their sha256."""
-    import torch
-    import yaml
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from agentic_rl.models.loading import save_model_atomically
-    from agentic_rl.models.probes import run_probes
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model = model.to(torch.float16)
-    dest = save_model_atomically(model, tokenizer, dest)
-    shipped = AutoModelForCausalLM.from_pretrained(dest, dtype=torch.float32)  # exactly what `embedded` loads
-    n_params = sum(p.numel() for p in shipped.parameters())
-    card = {
-        "library_name": "transformers",
-        "pipeline_tag": "text-generation",
-        "architecture": "Qwen3ForCausalLM",
-        "parameters": n_params,
-        "weights_dtype": "float16",
-        "weights_bytes": (Path(dest) / WEIGHTS_FILE).stat().st_size,
-        "sha256": file_sha256(Path(dest) / WEIGHTS_FILE),
-        "command": command,
-        "recipe": recipe,
-        "probes": run_probes(shipped, tokenizer),
-    }
-    (Path(dest) / CARD_FILE).write_text("---\n" + yaml.safe_dump(card, sort_keys=False) + "---\n\n" + _card_body(card),
-                                        encoding="utf-8")
-    return card
-
-
-def _card_body(card: dict[str, Any]) -> str:
-    from agentic_rl.models.probes import PROBES
-
-    recipe = card["recipe"]
-    mix = ", ".join(f"{kind} {share:.1%}" for kind, share in recipe.get("corpus_mix", {}).items())
-    probes = "\n".join(f"| {name} | {card['probes'][name]:.1%} |" for name in PROBES)
-    return f"""# The agentic-rl embedded base
-
-A {card['parameters'] / 1e6:.2f}M-parameter Qwen3-architecture causal LM with its own byte-level BPE tokenizer (one
-token per digit, Qwen3's chat template, tool-call tokens), pretrained on a synthetic corpus only. It is the starting
-point of every embedded preset (`model: embedded`), as a released checkpoint is for real runs. It knows no facts:
-its corpus is arithmetic, templated word problems, number lists and fictional worlds.
-
-- Corpus mix ({recipe.get('corpus_lines')} lines): {mix}.
-- Training: {recipe.get('max_steps')} steps of {recipe.get('batch_size')} blocks of {recipe.get('seq_length')} tokens,
-  learning rate {recipe.get('learning_rate')}, fp32 on CPU; stored in float16 ({card['weights_bytes'] / 1e6:.1f} MB).
-- Rebuild: `{card['command']}`.
-- Weights sha256: `{card['sha256']}`.
-
-## Probes (greedy, held-out; `agentic_rl.models.probes`)
-
-| probe | score |
-|---|---|
-{probes}
-"""
