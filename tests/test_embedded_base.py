@@ -62,7 +62,8 @@ def test_probes_score_zero_on_an_untrained_model(tiny_model_dir):
     from agentic_rl.models.probes import probe_arithmetic, probe_call, probe_copy_lists, probe_lookup
 
     model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
-    assert [f(model, tokenizer, n=20) for f in (probe_arithmetic, probe_copy_lists, probe_call, probe_lookup)] == [0] * 4
+    probes = (probe_arithmetic, probe_copy_lists, probe_call, probe_lookup)
+    assert [probe(model, tokenizer, n=20) for probe in probes] == [0] * 4
 
 
 def test_embedded_names_the_shipped_folder_and_a_missing_one_is_one_line(monkeypatch, tmp_path):

@@ -5,7 +5,7 @@ trained anything. Names are checked before any data is prepared."""
 from __future__ import annotations
 
 import pytest
-from conftest import eval_config, grpo_config, write_jsonl
+from conftest import eval_config, grpo_config, pretrain_config, write_jsonl
 from transformers import TrainerCallback
 
 from agentic_rl.cli import main
@@ -34,6 +34,20 @@ def test_a_grpo_run_that_fails_before_its_first_checkpoint_leaves_no_directory(t
     # the same directory with other settings and --resume: no "trained with other settings" from a run that never was
     result = run(grpo_config(tiny_model_dir, out, learning_rate=0.01, resume=True, max_steps=1))
     assert result["steps"] == 1 and (out / "stage.json").is_file()
+
+
+def test_a_pretraining_run_that_fails_before_its_first_checkpoint_leaves_no_directory(monkeypatch, tmp_path):
+    from agentic_rl.models import tiny
+    from agentic_rl.train.pretrain import run
+
+    def full_disk(*args, **kwargs):
+        raise TrainingError("no space left on the device")
+
+    out = tmp_path / "pretrain"
+    monkeypatch.setattr(tiny, "save_model_dir", full_disk)
+    with pytest.raises(TrainingError, match="no space left"):
+        run(pretrain_config(out))
+    assert not out.exists()
 
 
 def test_a_failed_grpo_run_keeps_an_existing_directory_and_its_checkpoints(tiny_model_dir, tmp_path):

@@ -302,60 +302,64 @@ def run(config: PretrainConfig) -> dict[str, Any]:
 
     # --- only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded
     stage_run.claim()
-    if not resumed_tokenizer:
-        tokenizer.save_pretrained(tok_dir)
+    try:  # a failure before the first checkpoint leaves the directory as it was (StageRun.abandon)
+        if not resumed_tokenizer:
+            tokenizer.save_pretrained(tok_dir)
 
-    # --- trainer --------------------------------------------------------------------------------------------------
-    gpu = has_gpu()
-    ckpt_dir = out / "checkpoints"
-    metrics_logger = MetricsLogger(out, report_to, config=config_to_dict(config), resume=resume_from is not None)
-    health = HealthCallback()
-    args = TrainingArguments(
-        output_dir=str(ckpt_dir),
-        max_steps=config.max_steps,
-        num_train_epochs=config.epochs,
-        per_device_train_batch_size=config.batch_size,
-        per_device_eval_batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
-        warmup_steps=config.warmup_ratio,
-        lr_scheduler_type=config.lr_scheduler_type,
-        weight_decay=config.weight_decay,
-        max_grad_norm=1.0,
-        logging_steps=config.logging_steps,
-        save_strategy="steps" if config.save_steps else "no",
-        save_steps=config.save_steps or 500,
-        save_total_limit=2,
-        eval_strategy="no",
-        report_to="none",  # metrics go through metrics_logger
-        seed=config.seed,
-        use_cpu=not gpu,
-        bf16=config.bf16,
-        dataloader_num_workers=0,
-        disable_tqdm=False,
-    )
-    log(f"pretrain: {n_params / 1e6:.2f}M parameters, device {'cuda' if gpu else 'cpu'}, "
-        f"bf16 {args.bf16}, steps {config.max_steps}, batch {config.batch_size}")
-    trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=train_ds,
-        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
-        callbacks=[health, MetricsCallback(metrics_logger, "pretrain"), StepCostCallback()],
-    )
-    try:
-        train_out = trainer.train(resume_from_checkpoint=resume_from)
-        # --- evaluate and save ------------------------------------------------------------------------------------
-        metrics: dict[str, Any] = {"train/loss": train_out.training_loss, "global_step": trainer.state.global_step,
-                                   "parameters": n_params, "vocab_size": len(tokenizer)}
-        if eval_ds is not None:
-            ev = trainer.evaluate(eval_dataset=eval_ds)  # logged as eval/loss, eval/runtime, ...
-            metrics["eval/loss"] = ev["eval_loss"]
-            metrics["eval/perplexity"] = math.exp(min(ev["eval_loss"], 50))
-    finally:
-        metrics_logger.close()
-    metrics["eval/arithmetic_accuracy"] = arithmetic_probe(trainer.model, tokenizer)
-    metrics["health_warnings"] = health.monitor.warnings
-    model_dir = save_model_dir(trainer.model, tokenizer, out / MODEL_FOLDER)
+        # --- trainer --------------------------------------------------------------------------------------------------
+        gpu = has_gpu()
+        ckpt_dir = out / "checkpoints"
+        metrics_logger = MetricsLogger(out, report_to, config=config_to_dict(config), resume=resume_from is not None)
+        health = HealthCallback()
+        args = TrainingArguments(
+            output_dir=str(ckpt_dir),
+            max_steps=config.max_steps,
+            num_train_epochs=config.epochs,
+            per_device_train_batch_size=config.batch_size,
+            per_device_eval_batch_size=config.batch_size,
+            learning_rate=config.learning_rate,
+            warmup_steps=config.warmup_ratio,
+            lr_scheduler_type=config.lr_scheduler_type,
+            weight_decay=config.weight_decay,
+            max_grad_norm=1.0,
+            logging_steps=config.logging_steps,
+            save_strategy="steps" if config.save_steps else "no",
+            save_steps=config.save_steps or 500,
+            save_total_limit=2,
+            eval_strategy="no",
+            report_to="none",  # metrics go through metrics_logger
+            seed=config.seed,
+            use_cpu=not gpu,
+            bf16=config.bf16,
+            dataloader_num_workers=0,
+            disable_tqdm=False,
+        )
+        log(f"pretrain: {n_params / 1e6:.2f}M parameters, device {'cuda' if gpu else 'cpu'}, "
+            f"bf16 {args.bf16}, steps {config.max_steps}, batch {config.batch_size}")
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=train_ds,
+            data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+            callbacks=[health, MetricsCallback(metrics_logger, "pretrain"), StepCostCallback()],
+        )
+        try:
+            train_out = trainer.train(resume_from_checkpoint=resume_from)
+            # --- evaluate and save ------------------------------------------------------------------------------------
+            metrics: dict[str, Any] = {"train/loss": train_out.training_loss, "global_step": trainer.state.global_step,
+                                       "parameters": n_params, "vocab_size": len(tokenizer)}
+            if eval_ds is not None:
+                ev = trainer.evaluate(eval_dataset=eval_ds)  # logged as eval/loss, eval/runtime, ...
+                metrics["eval/loss"] = ev["eval_loss"]
+                metrics["eval/perplexity"] = math.exp(min(ev["eval_loss"], 50))
+        finally:
+            metrics_logger.close()
+        metrics["eval/arithmetic_accuracy"] = arithmetic_probe(trainer.model, tokenizer)
+        metrics["health_warnings"] = health.monitor.warnings
+        model_dir = save_model_dir(trainer.model, tokenizer, out / MODEL_FOLDER)
+    except BaseException:
+        stage_run.abandon()
+        raise
     metrics["wall_time_s"] = round(time.time() - start, 1)
     write_json(out / "metrics.json", metrics)
     log(f"pretrain done in {metrics['wall_time_s']} s: loss {metrics['train/loss']:.3f}, "
