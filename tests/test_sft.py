@@ -391,3 +391,17 @@ def test_wandb_offline_run_writes_local_files(tiny_model_dir, tmp_path, monkeypa
     monkeypatch.setenv("WANDB_SILENT", "true")
     run(sft_config(tiny_model_dir, tmp_path / "run", max_steps=2, **{**FAST, "report_to": "wandb"}))
     assert list(tmp_path.glob("wandb/offline-run-*"))
+
+
+@pytest.mark.parametrize("share", [0.3, 0.7])
+def test_the_rows_a_short_run_reaches_hold_the_configured_share_of_answer_first_demonstrations(share):
+    """The rows max_steps reaches are a seeded subset; the imperfect demonstrations are drawn from another stream, so
+    the subset holds their share (one stream for both put every answer-first row first: a 200-step run saw only them)."""
+    from agentic_rl.config import config_from_dict
+    from agentic_rl.train.sft import rows_reached
+
+    config = config_from_dict(SFTConfig, dict(dataset="synthetic", max_train_samples=4000, answer_first_fraction=share,
+                                              max_steps=40, batch_size=32, system_prompt=""))
+    reached = rows_reached(build_sft_dataset(config), config)
+    first = sum(row["completion"][0]["content"].startswith("Final Answer") for row in reached)
+    assert len(reached) == 1280 and abs(first / len(reached) - share) < 0.05

@@ -317,7 +317,7 @@ def build_environment_dataset(config: SFTConfig, env_factory, tokenizer):
 
     rows = load_task_rows(config).to_list()
     env = env_factory()
-    rng = random.Random(config.seed)
+    rng = random.Random(f"agentic-rl-imperfect-demonstrations:{config.seed}")  # not the stream rows_reached draws
     direct_ids = set(rng.sample(range(len(rows)), int(round(config.direct_fraction * len(rows)))))
     rest = [i for i in range(len(rows)) if i not in direct_ids]
     n_skip = min(int(round(config.skip_tool_fraction * len(rows))), len(rest))
