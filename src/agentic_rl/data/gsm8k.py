@@ -346,7 +346,10 @@ def to_sft_dataset(ds, system_prompt: str | None = SYSTEM_PROMPT, *, with_text: 
     rows = list(_iter_rows(ds))
     n_short = int(round(answer_only_fraction * len(rows)))
     n_first = int(round(answer_first_fraction * len(rows)))
-    chosen = random.Random(seed).sample(range(len(rows)), n_short + n_first) if n_short + n_first else []
+    # A stream of its own: the rows a run reaches are drawn with random.Random(seed) (sample_indices), and two samples
+    # of one stream share their prefix: the imperfect rows would be exactly the first ones reached.
+    rng = random.Random(f"agentic-rl-imperfect-demonstrations:{seed}")
+    chosen = rng.sample(range(len(rows)), n_short + n_first) if n_short + n_first else []
     short, first = set(chosen[:n_short]), set(chosen[n_short:])
     out = [sft_row(r["question"], [] if i in short else list(r["steps"]), r["ground_truth"],
                    system_prompt=system_prompt, with_text=with_text, answer_first=i in first)
