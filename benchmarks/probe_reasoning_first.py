@@ -30,18 +30,29 @@ from agentic_rl.rewards import check_equations, is_correct
 
 
 class ForbidFirstToken(LogitsProcessor):
-    def __init__(self, prompt_length: int, token_id: int):
-        self.prompt_length, self.token_id = prompt_length, token_id
+    def __init__(self, prompt_length: int, token_ids: list[int]):
+        self.prompt_length, self.token_ids = prompt_length, token_ids
 
     def __call__(self, input_ids, scores):
         if input_ids.shape[1] == self.prompt_length:
-            scores[:, self.token_id] = -float("inf")
+            scores[:, self.token_ids] = -float("inf")
         return scores
+
+
+def answer_line_starts(tokenizer) -> list[int]:
+    """Every token that can begin the answer line: its text (leading space aside) is a start of "Final Answer:" or of
+    "Answer:" (forbidding "Final" alone, a model writes " Answer: ..." instead)."""
+    starts = []
+    for token_id in range(len(tokenizer)):
+        text = tokenizer.decode([token_id]).strip()
+        if text and (FINAL_ANSWER_PREFIX.startswith(text) or "Answer:".startswith(text)):
+            starts.append(token_id)
+    return starts
 
 
 def greedy_completions(model, tokenizer, rows, system_prompt, forbid_answer_first: bool,
                        batch_size: int = 50) -> list[str]:
-    first_id = tokenizer(FINAL_ANSWER_PREFIX, add_special_tokens=False)["input_ids"][0]
+    first_ids = answer_line_starts(tokenizer)
     tokenizer.padding_side = "left"
     completions = []
     for start in range(0, len(rows), batch_size):
@@ -49,7 +60,7 @@ def greedy_completions(model, tokenizer, rows, system_prompt, forbid_answer_firs
         texts = [render_prompt(tokenizer, build_prompt(r["question"], system_prompt)) for r in batch]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         processors = LogitsProcessorList(
-            [ForbidFirstToken(enc["input_ids"].shape[1], first_id)] if forbid_answer_first else [])
+            [ForbidFirstToken(enc["input_ids"].shape[1], first_ids)] if forbid_answer_first else [])
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=64, do_sample=False, logits_processor=processors,
                                  pad_token_id=tokenizer.pad_token_id)
