@@ -13,7 +13,7 @@ The runs alternate (ABBA order over ``--repeats``) so that load from other proce
 the trainer's ``train_runtime / steps`` (checkpoints off). The logged losses of the two must agree (same training, up
 to float rounding); the script prints the largest difference. Prints the median step times and the ratio.
 
-    python benchmarks/bench_sft_step.py --model runs/quickstart/pretrain/model --steps 60 --repeats 2
+    python benchmarks/bench_sft_step.py --model embedded --steps 60 --repeats 2
 """
 
 from __future__ import annotations
