@@ -146,9 +146,13 @@ def console_session(verbose: bool = False) -> Iterator[None]:
     Everything is restored on exit (warning filters, the libraries' log levels, ``sys.stderr``), so a test or a
     program that runs several commands in one process is left as it was.
     """
+    import datasets.utils.logging as datasets_logging
     import transformers.utils.logging as hf_logging
 
     previous_verbose, previous_stderr = _state["verbose"], sys.stderr
+    # the libraries' own bars (datasets' "Map", TRL's "Tokenizing", transformers' "Loading weights"): seconds-long
+    # steps a user cannot act on; the training and evaluation bars are ours (tqdm) and stay
+    bars = (hf_logging.is_progress_bar_enabled(), datasets_logging.is_progress_bar_enabled())
     _state["verbose"], _state["line_open"] = verbose, False
     hf_level = hf_logging.get_verbosity()
     others = [logging.getLogger(name) for name in LIBRARY_MODULES if name != "transformers"]
@@ -157,6 +161,8 @@ def console_session(verbose: bool = False) -> Iterator[None]:
         if not verbose:
             filter_library_warnings()
             hf_logging.set_verbosity_error()
+            hf_logging.disable_progress_bar()
+            datasets_logging.disable_progress_bar()
             for logger in others:
                 logger.setLevel(logging.ERROR)
         sys.stderr = _LineTracker(previous_stderr)
@@ -165,6 +171,8 @@ def console_session(verbose: bool = False) -> Iterator[None]:
         finally:
             sys.stderr = previous_stderr
             hf_logging.set_verbosity(hf_level)
+            (hf_logging.enable_progress_bar if bars[0] else hf_logging.disable_progress_bar)()
+            (datasets_logging.enable_progress_bar if bars[1] else datasets_logging.disable_progress_bar)()
             for logger, level in zip(others, levels):
                 logger.setLevel(level)
             _state["verbose"] = previous_verbose

@@ -59,9 +59,10 @@ class PipelineConfig(EnvironmentSettings):
 
     name: str = setting("pipeline", "run name; outputs go to runs/<name>/ unless output_dir")
     output_dir: str | None = setting(None, "run directory (default runs/<name>)")
-    model: str = setting(PIPELINE_DEFAULTS["model"], "base model: a hub id (Qwen/Qwen3-0.6B), a local directory, or 'embedded' (the "
-                                   "tiny base shipped with the package; with 'pretrain' in stages, a tiny base "
-                                   "pretrained by this run instead)")
+    model: str = setting(PIPELINE_DEFAULTS["model"],
+                         "base model: a hub id (Qwen/Qwen3-0.6B), a local directory, or 'embedded' (the tiny base "
+                         "shipped with the package; with 'pretrain' in stages, a tiny base pretrained by this run "
+                         "instead)")
     dataset: str = setting(PIPELINE_DEFAULTS["dataset"],
                            "task data: 'synthetic', a hub id (openai/gsm8k) or a local file/folder")
     seed: int = setting(PIPELINE_DEFAULTS["seed"], "random seed for data sampling, initialisation and training")

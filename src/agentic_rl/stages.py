@@ -23,8 +23,8 @@ from agentic_rl.errors import ConfigError
 PIPELINE_KEYS = ("model", "dataset", "seed", "synthetic_seed", "system_prompt")
 #: The pipeline's defaults of the top-level keys its stages inherit (``PipelineConfig`` declares its fields with
 #: them), so a stage run alone with a pipeline file that leaves one out resolves what the pipeline would.
-PIPELINE_DEFAULTS: dict[str, Any] = {"model": "embedded", "dataset": "synthetic", "seed": 0, "synthetic_seed": 0, "system_prompt": None,
-                                     "eval_samples": 500}
+PIPELINE_DEFAULTS: dict[str, Any] = {"model": "embedded", "dataset": "synthetic", "seed": 0, "synthetic_seed": 0,
+                                     "system_prompt": None, "eval_samples": 500}
 
 
 @dataclass(frozen=True)

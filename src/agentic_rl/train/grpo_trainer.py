@@ -92,7 +92,7 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER
 from agentic_rl.train.credit import CREDIT_ASSIGNMENTS
 from agentic_rl.train.logprobs import LengthSortedScoring
-from agentic_rl.train.monitoring import HealthMonitor, NonFiniteGuard, trl_generation_log
+from agentic_rl.train.monitoring import HealthMonitor, NonFiniteGuard, quiet_progress, trl_generation_log
 from agentic_rl.train.signal import concat_batches, group_has_signal, select_groups
 from agentic_rl.utils import append_jsonl, has_gpu, log, read_json, write_json
 
@@ -467,7 +467,9 @@ def build_trainer(config: Any, *, env_factory, out: Path, demonstrations, **trai
         trainer_kwargs.update(refill_max_draws=config.refill_max_draws, sft_loss_weight=config.sft_loss_weight,
                               sft_demonstrations=demonstrations, seed=config.seed,
                               credit_assignment=config.credit_assignment, turn_discount=config.turn_discount)
-    return variant.trainer(**trainer_kwargs)
+    trainer = variant.trainer(**trainer_kwargs)
+    quiet_progress(trainer)
+    return trainer
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import ProgressCallback, TrainerCallback
 
 from agentic_rl.config import report_to_list
 from agentic_rl.errors import ConfigError, TrainingError
@@ -472,3 +472,20 @@ def trl_generation_log(trainer) -> dict[str, Any]:
                             "agentic_rl.train.monitoring.trl_generation_log, written for TRL 1.16): install the "
                             "TRL version in constraints.txt, or set completions_every: 0")
     return logs
+
+
+
+class QuietProgressCallback(ProgressCallback):
+    """transformers' progress bar without the metrics dict it prints under the bar at every logging step."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        return None
+
+
+def quiet_progress(trainer) -> None:
+    """Keep the trainer's progress bar but not the metrics dict transformers prints under it at every logging step
+    (the metrics go to metrics.jsonl and TensorBoard); with ``--verbose`` it is printed as before."""
+    from agentic_rl.console import is_verbose
+
+    if not is_verbose() and trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(QuietProgressCallback)

@@ -250,7 +250,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     from agentic_rl.models.loading import count_parameters
     from agentic_rl.models.tiny import build_tiny_model, save_model_dir, train_tokenizer
     from agentic_rl.train.monitoring import (HealthCallback, MetricsCallback, MetricsLogger, StepCostCallback,
-                                             resolve_report_to)
+                                             resolve_report_to, quiet_progress)
 
     start = time.time()
     out = stage_path(config.output_dir, "pretrain")
@@ -343,6 +343,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
             data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
             callbacks=[health, MetricsCallback(metrics_logger, "pretrain"), StepCostCallback()],
         )
+        quiet_progress(trainer)
         try:
             train_out = trainer.train(resume_from_checkpoint=resume_from)
             # --- evaluate and save ------------------------------------------------------------------------------------

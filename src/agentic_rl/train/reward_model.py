@@ -255,7 +255,7 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
 
     from agentic_rl.models.loading import count_parameters
     from agentic_rl.train.monitoring import (HealthCallback, MetricsCallback, MetricsLogger, StepCostCallback,
-                                             resolve_report_to)
+                                             resolve_report_to, quiet_progress)
 
     start = time.time()
     out = stage_path(config.output_dir, "reward-model")
@@ -283,6 +283,7 @@ def run(config: RewardModelConfig, *, callbacks: list | None = None) -> dict[str
                                     peft_config=peft_config_for(config),
                                     callbacks=[health, MetricsCallback(metrics_logger, "reward_model"),
                                                StepCostCallback(), *(callbacks or [])])
+        quiet_progress(trainer)
         n_train, n_total = count_parameters(trainer.model)
         log(f"reward model: {len(train_rows)} training pairs ({'conversational' if conversational else 'text'}), "
             f"{len(heldout_rows)} held out; {'full fine-tuning' if config.full else f'LoRA r={config.lora_r}'}, "

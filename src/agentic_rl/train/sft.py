@@ -492,7 +492,7 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     """
     from agentic_rl.models.loading import count_parameters
     from agentic_rl.train.monitoring import (HealthCallback, MetricsCallback, MetricsLogger, StepCostCallback,
-                                             resolve_report_to)
+                                             resolve_report_to, quiet_progress)
 
     start = time.time()
     out = stage_path(config.output_dir, "sft")
@@ -528,6 +528,7 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         trainer = sft_trainer(config, model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                               callbacks=[health, MetricsCallback(metrics_logger, "sft"), StepCostCallback(),
                                          *(callbacks or [])])
+        quiet_progress(trainer)
         steps = trainer.args.max_steps if trainer.args.max_steps > 0 else None
         device = next(model.parameters()).device
         rows_note = f"{len(dataset)} rows"
