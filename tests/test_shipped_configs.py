@@ -112,18 +112,19 @@ def test_gpu_preset_is_the_seed_band():
     assert preset.sft["lora_r"] >= 8 and "full" not in preset.sft and "full" not in preset.grpo  # LoRA
 
 
-@pytest.mark.parametrize("preset, bf16", [("quickstart", True), ("quickstart-agentic", False)])
-def test_each_preset_resolves_to_its_precision_setting(monkeypatch, preset, bf16):
-    """On a CPU with bf16 instructions the single-turn quickstart takes the stages' bf16 default, while the agentic
-    preset's `bf16: false` holds in every training stage, its control included."""
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (REPO / "src" / "agentic_rl" / "configs").glob("*.yaml")))
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_no_preset_pins_a_precision(monkeypatch, preset, native_bf16):
+    """Every embedded preset learns in fp32 and in bf16: each training stage (the control included) takes the
+    stages' default, bf16 mixed precision where the CPU computes bf16 natively and fp32 elsewhere."""
     from agentic_rl import utils
     from agentic_rl.pipeline import (_section, _stage_class, _stage_config, _train_defaults, load_pipeline_config,
                                      preset_path)
 
     monkeypatch.setattr(utils, "has_gpu", lambda: False)
-    monkeypatch.setattr(utils, "cpu_computes_bf16", lambda: True)
+    monkeypatch.setattr(utils, "cpu_computes_bf16", lambda: native_bf16)
     pipeline = load_pipeline_config(preset_path(preset))
-    for name in ("pretrain", "sft", "grpo", "sft_continued"):
+    for name in ("sft", "grpo", "sft_continued"):
         defaults = _train_defaults(pipeline, name, "runs/x/model", Path("runs/x") / name)
         config = _stage_config(_stage_class(name), _section(pipeline, name), defaults, where=name)
-        assert config.bf16 is bf16, name
+        assert config.bf16 is native_bf16, name
