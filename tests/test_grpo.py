@@ -207,7 +207,7 @@ def test_reward_functions_receive_the_dataset_columns(lora_run, recorder_module)
 # groups carry a signal.
 ENVIRONMENT_CASES = {
     "calculator": dict(environment="calculator", environment_args={"final_turn": "answer"}, tools_in_prompt=False,
-                       tool_error_reward=-0.1, max_completion_length=48, max_turn_tokens=16,
+                       tool_error_reward=-0.1, max_completion_length=96, max_turn_tokens=16,
                        dataset="synthetic:multiplication"),
     "self_correct": dict(environment="self_correct", tools_in_prompt=False, max_completion_length=160,
                          max_turn_tokens=40, dataset="synthetic:multiplication"),

@@ -26,14 +26,14 @@ def smoke_run(tmp_path_factory):
 
 def test_smoke_ladder_writes_everything_into_one_run_directory(smoke_run):
     out, summary = smoke_run
-    for name in ["config.yaml", "summary.json", "report.md", "training_curves.png", "pretrain/model/config.json",
+    for name in ["config.yaml", "summary.json", "report.md", "training_curves.png",
                  "sft/model/config.json", "grpo/model/config.json", "export/model.safetensors",
                  "eval/base/metrics.json", "eval/sft/predictions.jsonl", "eval/grpo/report.md",
                  "sft/config.yaml", "grpo/config.yaml", "grpo/heldout.jsonl"]:
         assert (out / name).exists(), name
     assert not list(out.rglob("merged"))  # every stage's model is in <stage>/model/, the one name for it
     on_disk = json.loads((out / "summary.json").read_text())
-    assert on_disk["stages"].keys() >= {"pretrain", "base", "sft", "grpo", "export"}
+    assert on_disk["stages"].keys() >= {"base", "sft", "grpo", "export"} and not (out / "pretrain").exists()
     for stage in ("base", "sft", "grpo"):
         # the summary's accuracy is the evaluation's strict accuracy: the share of its 16 predictions marked correct
         metrics = json.loads((out / "eval" / stage / "metrics.json").read_text())
@@ -42,7 +42,7 @@ def test_smoke_ladder_writes_everything_into_one_run_directory(smoke_run):
         assert on_disk["stages"][stage]["metrics"]["num_prompts"] == len(predictions) == 16
         assert accuracy == metrics["accuracy_strict"]
         assert accuracy == pytest.approx(sum(bool(p["correct_strict"]) for p in predictions) / 16)
-    for stage in ("pretrain", "sft", "grpo"):
+    for stage in ("sft", "grpo"):
         assert on_disk["stages"][stage]["wall_time_s"] > 0
     report = (out / "report.md").read_text()
     assert "| base |" in report and "| sft |" in report and "| grpo |" in report
@@ -57,8 +57,7 @@ def test_the_report_says_where_the_time_goes(smoke_run):
     assert grpo["generation_seconds"] > 0  # the trainer timed its generation batches
     share = (grpo["generation_seconds"] + grpo["heldout_seconds"]) / grpo["wall_time_s"]
     assert rows["grpo"]["generation_share"] == pytest.approx(share) and 0 < share < 1
-    # pretraining tokens: the smoke preset's 8 steps x 8 blocks x 64 tokens
-    assert rows["pretrain"]["tokens"] == 8 * 8 * 64 and rows["sft"]["generation_share"] == 0.0
+    assert "pretrain" not in rows and rows["sft"]["generation_share"] == 0.0  # the run starts from the shipped base
     eval_sft = summary["stages"]["sft"]["metrics"]
     assert rows["eval sft"]["tokens"] == pytest.approx(eval_sft["avg_tokens"] * eval_sft["num_prompts"])
     report = (out / "report.md").read_text()
@@ -199,8 +198,7 @@ def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(t
     summary = run_quickstart(QuickstartConfig(preset=preset, smoke=True, name=preset))
     out = tmp_path / "runs" / preset
     on_disk = json.loads((out / "summary.json").read_text())
-    expected = {"base", "sft", "grpo", "export"} | ({"pretrain"} if preset == "agentic" else set())
-    assert on_disk["stages"].keys() >= expected
+    assert on_disk["stages"].keys() >= {"base", "sft", "grpo", "export"}
     report = (out / "report.md").read_text()
     assert f"in environment `{environment}`" in report
     assert "| stage | accuracy with tools | without tools | tool-call rate |" in report
@@ -285,3 +283,12 @@ def test_a_smoke_run_without_a_name_never_shares_the_full_runs_directory(preset,
     assert roots[True] == roots[False] + "-smoke"
     monkeypatch.setattr(pipeline, "run_pipeline", lambda config: {"name": config.name})
     assert run_quickstart(QuickstartConfig(preset=preset, smoke=True, name="mine"))["name"] == "mine"
+
+
+def test_the_run_names_its_base_and_the_weights_sha256(smoke_run):
+    from agentic_rl.models.embedded import read_card
+
+    out, summary = smoke_run
+    digest = read_card()["sha256"]
+    assert json.loads((out / "summary.json").read_text())["base"] == {"base": "embedded", "sha256": digest}
+    assert f"Base model: `embedded` (weights sha256 `{digest}`)." in (out / "report.md").read_text()
