@@ -192,3 +192,19 @@ def reward_model_config(model, dataset, out, **overrides):
     return _config(RewardModelConfig, dict(
         model=str(model), dataset=str(dataset), output_dir=str(out), max_steps=2, batch_size=4, logging_steps=1,
         report_to=["none"]), overrides)
+
+
+def loss_gradient(trainer, batch, monkeypatch):
+    """d loss / d per-token log-prob of the batch (TRL's _compute_loss, β = 0)."""
+    captured = {}
+    original = trainer._get_per_token_logps_and_entropies
+
+    def logps_as_leaf(*a, **kw):
+        logps, entropies, aux = original(*a, **kw)
+        captured["logps"] = logps.detach().requires_grad_(True)
+        return captured["logps"], entropies, aux
+
+    monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", logps_as_leaf)
+    trainer.current_gradient_accumulation_steps = 1  # set by trainer.train()'s loop
+    trainer._compute_loss(trainer.model, batch).backward()
+    return captured["logps"].grad

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import grpo_config, read_jsonl
+from conftest import grpo_config, loss_gradient, read_jsonl
 
 from agentic_rl.agent import rollout as rollout_mod
 from agentic_rl.agent.calculator_env import CalculatorEnv, calculator
@@ -274,18 +274,7 @@ def test_grpo_loss_has_no_gradient_on_tool_tokens(tiny_model_dir, tokenizer, mon
     assert advantages[0] > 0 > advantages[1] and advantages[2] > 0 > advantages[3]
 
     # The GRPO loss's gradient w.r.t. the per-token log-probs is zero on tool tokens, non-zero on action tokens.
-    captured = {}
-    original = trainer._get_per_token_logps_and_entropies
-
-    def logps_as_leaf(*a, **kw):
-        logps, entropies, aux = original(*a, **kw)
-        captured["logps"] = logps.detach().requires_grad_(True)
-        return captured["logps"], entropies, aux
-
-    monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", logps_as_leaf)
-    trainer.current_gradient_accumulation_steps = 1  # set by trainer.train()'s loop
-    trainer._compute_loss(trainer.model, batch).backward()
-    grad = captured["logps"].grad
+    grad = loss_gradient(trainer, batch, monkeypatch)
     action = (completion_mask * tool_mask).bool()
     assert torch.all(grad[~action] == 0)
     assert torch.all(grad[action] != 0)

@@ -9,7 +9,7 @@ import math
 import os
 
 import pytest
-from conftest import grpo_config, read_jsonl
+from conftest import grpo_config, loss_gradient, read_jsonl
 
 from agentic_rl.config import config_from_dict
 from agentic_rl.errors import ConfigError
@@ -222,22 +222,6 @@ def _action_runs(batch, row: int) -> list[list[int]]:
     return runs + ([current] if current else [])
 
 
-def _loss_gradient(trainer, batch, monkeypatch):
-    """d loss / d per-token log-prob of the batch (TRL's _compute_loss, β = 0)."""
-    captured = {}
-    original = trainer._get_per_token_logps_and_entropies
-
-    def logps_as_leaf(*a, **kw):
-        logps, entropies, aux = original(*a, **kw)
-        captured["logps"] = logps.detach().requires_grad_(True)
-        return captured["logps"], entropies, aux
-
-    monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", logps_as_leaf)
-    trainer.current_gradient_accumulation_steps = 1  # set by trainer.train()'s loop
-    trainer._compute_loss(trainer.model, batch).backward()
-    return captured["logps"].grad
-
-
 def test_trajectory_credit_is_trls_advantage_and_tool_tokens_get_no_loss(tiny_model_dir, tokenizer, monkeypatch,
                                                                           tmp_path):
     import torch
@@ -253,7 +237,7 @@ def test_trajectory_credit_is_trls_advantage_and_tool_tokens_get_no_loss(tiny_mo
     s1, s2 = 1.1 / math.sqrt(2), 1.0 / math.sqrt(2)
     assert batch["advantages"].tolist() == pytest.approx([0.55 / (s1 + EPS), -0.55 / (s1 + EPS), 0.5 / (s2 + EPS),
                                                           -0.5 / (s2 + EPS)], rel=1e-5)
-    grad = _loss_gradient(trainer, batch, monkeypatch)
+    grad = loss_gradient(trainer, batch, monkeypatch)
     action = (batch["completion_mask"] * batch["tool_mask"]).bool()
     tool = (batch["completion_mask"] == 1) & (batch["tool_mask"] == 0)
     assert tool.any() and torch.all(grad[~action] == 0) and torch.all(grad[action] != 0)
@@ -283,7 +267,7 @@ def test_turn_credit_gives_each_turn_its_own_advantage_and_tool_tokens_get_no_lo
     action = (batch["completion_mask"] * batch["tool_mask"]).bool()
     assert torch.all(advantages[~action] == 0)  # tool-result tokens and padding carry no advantage
     # The loss takes the (B, T) advantages token by token: with β = 0 and π_old = π, d loss / d log π = -A / N.
-    grad = _loss_gradient(trainer, batch, monkeypatch)
+    grad = loss_gradient(trainer, batch, monkeypatch)
     assert torch.all(grad[~action] == 0)
     n_items = batch["num_items_in_batch"].item()
     assert torch.allclose(grad[action], -advantages[action] / n_items, atol=1e-7)

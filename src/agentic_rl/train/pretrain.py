@@ -195,45 +195,12 @@ def pack_blocks(lines: list[str], tokenizer, seq_length: int) -> list[list[int]]
 # Probe: does the base do arithmetic?
 # ---------------------------------------------------------------------------------------------------------------
 
-def arithmetic_probe(model, tokenizer, n: int = 200, seed: int = 12345, batch_size: int = 100) -> float:
-    """Greedy completion of ``"a op b ="`` for ``n`` random exact facts; the share answered exactly right."""
-    import torch
+def arithmetic_probe(model, tokenizer, n: int = 200) -> float:
+    """Greedy completion of ``"a op b ="`` for ``n`` fresh facts; the share answered exactly right (the shipped base's
+    card records the same probe, :func:`agentic_rl.models.probes.probe_arithmetic`)."""
+    from agentic_rl.models.probes import probe_arithmetic
 
-    rng = random.Random(seed)
-    facts = []
-    for _ in range(n):
-        op = rng.choice("+-*/")
-        a, b = rng.randint(0, 60), rng.randint(1, 60)
-        if op == "+":
-            facts.append((f"{a} + {b} =", a + b))
-        elif op == "-":
-            facts.append((f"{a + b} - {b} =", a))
-        elif op == "*":
-            a, b = rng.randint(0, 12), rng.randint(0, 12)
-            facts.append((f"{a} * {b} =", a * b))
-        else:
-            b, c = rng.randint(1, 12), rng.randint(0, 12)
-            facts.append((f"{b * c} / {b} =", c))
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    old_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    correct = 0
-    try:
-        for i in range(0, n, batch_size):
-            chunk = facts[i:i + batch_size]
-            enc = tokenizer(["\n" + p for p, _ in chunk], return_tensors="pt", padding=True,
-                            add_special_tokens=False).to(device)
-            with torch.no_grad():
-                out = model.generate(**enc, max_new_tokens=5, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-            for (_, want), row in zip(chunk, out[:, enc["input_ids"].shape[1]:]):
-                text = tokenizer.decode(row, skip_special_tokens=True).strip().split("\n")[0].strip()
-                correct += text == str(want)
-    finally:
-        tokenizer.padding_side = old_side
-        model.train(was_training)
-    return correct / n
+    return probe_arithmetic(model, tokenizer, n=n)
 
 
 # ---------------------------------------------------------------------------------------------------------------
