@@ -396,7 +396,7 @@ def test_wandb_offline_run_writes_local_files(tiny_model_dir, tmp_path, monkeypa
 @pytest.mark.parametrize("share", [0.3, 0.7])
 def test_the_rows_a_short_run_reaches_hold_the_configured_share_of_answer_first_demonstrations(share):
     """The rows max_steps reaches are a seeded subset; the imperfect demonstrations are drawn from another stream, so
-    the subset holds their share (one stream for both put the answer-first rows first: 200 steps saw only them)."""
+    the subset holds their share (from the same stream they would be the first rows reached)."""
     from agentic_rl.config import config_from_dict
     from agentic_rl.train.sft import rows_reached
 
