@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import eval_config, grpo_config, read_jsonl
 
+from agentic_rl.agent.env import Environment, StepResult
 from agentic_rl.config import config_from_dict
 from agentic_rl.errors import ConfigError
 
@@ -158,6 +159,77 @@ def test_eval_with_and_without_tools_reports_both_and_the_environment_statistics
     assert [m["role"] for m in episodes[0]["messages"]] == ["assistant", "user", "assistant"]
 
 
+class ParityJudge(Environment):
+    """An environment whose verdict moves with every sampled token: an answer is correct when its length in
+    characters is a multiple of 4; another one gets one more try. Sampled episodes of one problem then disagree, even
+    from a random model."""
+
+    max_turns = 2
+
+    def reset(self, task):
+        self.turns = 0
+        return None
+
+    def step(self, assistant_text):
+        self.turns += 1
+        correct = len(assistant_text) % 4 == 0
+        if correct or self.turns == self.max_turns:
+            return StepResult([], float(correct), True, {"correct": correct})
+        return StepResult([{"role": "user", "content": "again"}], 0.0, False)
+
+
+def _sampled_eval(model_dir, out, **overrides):
+    from agentic_rl.eval.evaluate import run as evaluate
+
+    settings = dict(environment=f"{__name__}:ParityJudge", dataset="synthetic", eval_samples=8, max_new_tokens=24,
+                    max_turn_tokens=8, num_samples=4, temperature=1.0, seed=1)
+    evaluate(eval_config(model_dir, out, **{**settings, **overrides}))
+    return (json.loads((out / "metrics.json").read_text()),
+            {key: read_jsonl(out / f"episodes_{key}.jsonl") for key in ("with_tools", "without_tools")})
+
+
+def test_sampled_episodes_are_seeded_all_recorded_and_scored_per_episode(tiny_model_dir, tmp_path):
+    """`eval --environment X --num-samples 4 --temperature 1`: four sampled episodes per problem, with tools and
+    without; accuracy is the mean over every episode, pass@k the unbiased estimate per problem; the same seed plays
+    the same episodes, another seed others."""
+    from math import comb
+
+    metrics, episodes = _sampled_eval(tiny_model_dir, tmp_path / "a")
+    again, episodes_again = _sampled_eval(tiny_model_dir, tmp_path / "b")
+    other, episodes_other = _sampled_eval(tiny_model_dir, tmp_path / "c", seed=2)
+    assert episodes_again == episodes
+    assert {k: v for k, v in again.items() if k not in ("timing", "config")} == \
+        {k: v for k, v in metrics.items() if k not in ("timing", "config")}
+    assert [e["messages"] for e in episodes_other["with_tools"]] != [e["messages"] for e in episodes["with_tools"]]
+    assert metrics["num_prompts"] == 8 and metrics["num_samples"] == 4
+    for key, setting in (("with_tools", metrics["with_tools"]), ("without_tools", metrics["without_tools"])):
+        played = episodes[key]
+        assert [(e["index"], e["sample"]) for e in played] == [(i, j) for i in range(8) for j in range(4)]
+        assert all(len({e["question"] for e in played if e["index"] == i}) == 1 for i in range(8))
+        assert setting["accuracy"] == pytest.approx(sum(e["correct"] for e in played) / 32)
+        assert setting["turns_per_episode"] == pytest.approx(sum(e["turns"] for e in played) / 32)
+        assert setting["return"] == pytest.approx(sum(e["return"] for e in played) / 32)
+        correct = [sum(e["correct"] for e in played if e["index"] == i) for i in range(8)]
+        for k in (1, 2, 4):
+            expected = sum(1 - comb(4 - c, k) / comb(4, k) for c in correct) / 8
+            assert setting[f"pass@{k}"] == pytest.approx(expected), (key, k)
+        assert setting["pass@1"] == pytest.approx(setting["accuracy"])
+        assert setting["pass@1"] <= setting["pass@2"] <= setting["pass@4"]
+    assert 0 < metrics["accuracy"] < metrics["pass@4"] < 1  # the samples of a problem disagree: pass@k is not trivial
+    assert metrics["accuracy"] == metrics["accuracy_strict"] == metrics["with_tools"]["accuracy"]
+    assert metrics["accuracy_without_tools"] == metrics["without_tools"]["accuracy"]
+    assert "4 sampled episodes per problem at temperature 1.0" in (tmp_path / "a" / "report.md").read_text()
+
+
+def test_greedy_episodes_are_one_per_problem_without_pass_at_k(tiny_model_dir, tmp_path):
+    metrics, episodes = _sampled_eval(tiny_model_dir, tmp_path, num_samples=1, temperature=0.0)
+    assert [(e["index"], e["sample"]) for e in episodes["with_tools"]] == [(i, 0) for i in range(8)]
+    assert not [k for k in metrics if k.startswith("pass@")]
+    assert "greedy" in (tmp_path / "report.md").read_text()
+    with pytest.raises(ConfigError, match="needs --temperature > 0"):
+        eval_config(tiny_model_dir, tmp_path, environment="calculator", num_samples=2)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # SIGKILL mid-run, then --resume
 # ---------------------------------------------------------------------------------------------------------------
@@ -268,8 +340,6 @@ def test_a_pipeline_with_a_bad_environment_argument_fails_before_any_stage(tmp_p
     with pytest.raises(ConfigError, match="final_turn must be one of steps, answer"):
         run_pipeline(config)
     assert not (tmp_path / "run").exists()  # nothing pretrained, nothing written
-    with pytest.raises(ConfigError, match="sampled_eval is not available with an environment"):
-        config_from_dict(PipelineConfig, {"environment": "calculator", "sampled_eval": 2})
 
 
 class Exploding:

@@ -10,14 +10,17 @@ n completions per prompt for pass@k), then score every completion with the same 
 categorised by :mod:`agentic_rl.eval.error_analysis`; metrics (table in :mod:`agentic_rl.eval.metrics`) are
 computed overall and per difficulty bucket.
 
-In an environment (``--environment calculator``) each problem is one greedy episode, played with the environment's
-tools and again without them (:mod:`agentic_rl.eval.episodes`); ``metrics.json`` then holds ``accuracy`` (with tools),
-``accuracy_without_tools``, the tool statistics and the environment's own numbers, with every episode in
-``episodes_with_tools.jsonl`` / ``episodes_without_tools.jsonl``.
+In an environment (``--environment calculator``) each problem is one greedy episode (``--num-samples n
+--temperature t``: n sampled episodes), played with the environment's tools and again without them
+(:mod:`agentic_rl.eval.episodes`); ``metrics.json`` then holds ``accuracy`` (with tools; over all episodes),
+``accuracy_without_tools``, pass@k when sampling, the tool statistics and the environment's own numbers, with every
+episode (its problem ``index`` and ``sample``) in ``episodes_with_tools.jsonl`` / ``episodes_without_tools.jsonl``.
 
 Run it::
 
     agentic-rl eval runs/quickstart-agentic/grpo/model --environment calculator --no-tools-in-prompt
+    agentic-rl eval runs/quickstart-agentic/grpo/model --environment calculator --no-tools-in-prompt \
+        --num-samples 4 --temperature 1.0
     agentic-rl eval runs/quickstart/sft/model runs/quickstart/grpo/model --dataset synthetic --eval-samples 200
     agentic-rl eval Qwen/Qwen3-0.6B --dataset openai/gsm8k --num-samples 8 --temperature 0.7 --pass-at-k 1,4,8
 
@@ -69,7 +72,8 @@ class EvalConfig(EnvironmentSettings):
     ground_truth_field: str | None = setting(None, "custom datasets: column holding the final answer")
     batch_size: int | None = setting(None, "prompts per generate call (default: chosen from free device memory)")
     max_new_tokens: int = setting(256, "generation budget per completion (longer ones count as truncated)")
-    num_samples: int = setting(1, "completions per prompt (n for pass@k; > 1 needs --temperature > 0)")
+    num_samples: int = setting(1, "completions per prompt (in an environment: episodes per problem; n for pass@k; > 1 "
+                                       "needs --temperature > 0)")
     temperature: float = setting(0.0, "0 = greedy decoding; > 0 samples")
     top_p: float = setting(1.0, "nucleus sampling threshold (sampling only)")
     pass_at_k: list[int] = setting([], "k values for pass@k, e.g. 1,4,8 (default: 1 and powers of two up to "
@@ -104,9 +108,6 @@ class EvalConfig(EnvironmentSettings):
         check_reward_specs(self.rewards)  # a misspelt name fails here, not after every completion was generated
         self.check_environment_settings()
         if self.environment is not None:
-            if self.num_samples > 1 or self.temperature > 0:
-                raise ConfigError("evaluation in an environment plays greedy episodes: drop --num-samples and "
-                                  "--temperature with --environment")
             if self.max_turn_tokens > self.max_new_tokens:
                 raise ConfigError(f"max_turn_tokens ({self.max_turn_tokens}) must not exceed max_new_tokens "
                                   f"({self.max_new_tokens}), the budget of a whole episode")
@@ -418,8 +419,9 @@ def _evaluate_each(config: EvalConfig, rows: list[dict[str, Any]], env_factory: 
             metrics = evaluate_model_in_environment(model_path, rows, config, env_factory, output_dir=model_dir,
                                                     name=name, progress=True)
             results[name] = metrics
+            per = f" ({config.num_samples} sampled episodes per problem)" if config.temperature > 0 else ""
             log(f"{name}: accuracy {metrics['accuracy']:.3f} with tools, {metrics['accuracy_without_tools']:.3f} "
-                f"without; tool-call rate {metrics['tool_call_rate']:.3f} -> {model_dir}")
+                f"without{per}; tool-call rate {metrics['tool_call_rate']:.3f} -> {model_dir}")
             free_memory()
             continue
         metrics = evaluate_model(model_path, rows, config=config, output_dir=model_dir, name=name, progress=True)
@@ -450,9 +452,12 @@ def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]]
                                   *, tokenizer: Any = None, output_dir: str | Path | None = None,
                                   name: str | None = None, without_tools: bool = True,
                                   progress: bool = False) -> dict[str, Any]:
-    """Greedy episodes in ``config.environment`` with its tools and without them
-    (:func:`agentic_rl.eval.episodes.evaluate_episodes`); returns the metrics: ``accuracy`` (with tools; also under
-    ``accuracy_strict``, the single-turn headline name), ``accuracy_without_tools``, the tool and environment
+    """Episodes in ``config.environment`` with its tools and without them
+    (:func:`agentic_rl.eval.episodes.evaluate_episodes`): one greedy episode per problem, or with ``temperature`` > 0
+    ``num_samples`` sampled episodes per problem seeded with ``seed``. Returns the metrics: ``accuracy`` (with tools,
+    over all episodes; also under ``accuracy_strict``, the single-turn headline name), ``accuracy_without_tools``,
+    when sampling ``pass@k`` for ``config.pass_at_k`` (with tools; both settings' under their keys), the tool and
+    environment
     statistics of the with-tools episodes at the top level and both settings under ``with_tools`` /
     ``without_tools`` (``without_tools=False`` skips that setting: tune scores trials with tools only). With
     ``output_dir``: ``metrics.json``, ``episodes_with_tools.jsonl``, ``episodes_without_tools.jsonl`` and
@@ -481,11 +486,14 @@ def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]]
         settings[key], episodes[key] = evaluate_episodes(
             model, tokenizer, rows, env_factory, tools=tools, tools_in_prompt=config.tools_in_prompt,
             max_turn_tokens=config.max_turn_tokens, max_completion_length=config.max_new_tokens,
-            batch_size=config.batch_size or 64, system_prompt=prompts[tools],
+            batch_size=config.batch_size or 64, system_prompt=prompts[tools], num_samples=config.num_samples,
+            temperature=config.temperature, top_p=config.top_p, seed=config.seed,
+            pass_at_k=config.pass_at_k if config.temperature > 0 else (),
             progress=f"eval {name} ({key.replace('_', ' ')})" if progress else None)
     with_tools = settings["with_tools"]
     metrics: dict[str, Any] = {
         "model": name, "environment": config.environment, "num_prompts": len(rows),
+        "num_samples": config.num_samples, "temperature": config.temperature,
         "accuracy": with_tools["accuracy"], "accuracy_strict": with_tools["accuracy"],
         "accuracy_without_tools": settings["without_tools"]["accuracy"] if without_tools else None,
         **{k: v for k, v in with_tools.items() if k != "accuracy"},
@@ -505,8 +513,10 @@ def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]]
 def environment_report(metrics: dict[str, Any]) -> str:
     """A markdown table of one model's episode statistics, with and without tools."""
     keys = [k for k, v in metrics["with_tools"].items() if isinstance(v, (int, float))]
+    decoding = (f"{metrics['num_samples']} sampled episodes per problem at temperature {metrics['temperature']}"
+                if metrics.get("temperature") else "greedy")
     lines = [f"# {metrics.get('model')} in environment {metrics.get('environment')} "
-             f"({metrics.get('num_prompts')} problems, greedy)", "",
+             f"({metrics.get('num_prompts')} problems, {decoding})", "",
              "| setting | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
     for tools_setting in ("with_tools", "without_tools"):
         stats = metrics.get(tools_setting) or {}

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -368,6 +369,19 @@ def _next_tokens(logits, temperature: float, top_p: float, top_k: int):
     return torch.multinomial(scores.softmax(-1), num_samples=1).squeeze(1)
 
 
+@contextmanager
+def seeded_sampling(model, seed: int, *, enabled: bool = True):
+    """Within the block torch's random streams (CPU, and the model's GPU) start from ``seed``; afterwards the caller's
+    streams are restored, so a training loop that evaluates in between draws the same numbers as one that does not.
+    ``enabled=False`` (greedy decoding) leaves the streams alone."""
+    device = _model_device(model)
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda, enabled=enabled):
+        if enabled:
+            torch.manual_seed(seed)
+        yield
+
+
 def generate_batched(model, tokenizer, prompts: list[list[dict[str, str]]], *, max_new_tokens: int,
                      batch_size: int | None = None, temperature: float = 0.0, top_p: float = 1.0,
                      num_samples: int = 1, seed: int = 0, enable_thinking: bool = False, engine: str = "auto",
@@ -398,16 +412,10 @@ def generate_batched(model, tokenizer, prompts: list[list[dict[str, str]]], *, m
     if pad_id is None:
         pad_id = eos_ids[0] if eos_ids else 0
 
-    device = _model_device(model)
     was_training = getattr(model, "training", False)
     model.eval()
-    # Sampling is seeded, and the caller's random streams are restored afterwards (a training loop that evaluates
-    # in between must draw the same numbers as one that does not).
-    cuda = [device.index or 0] if device.type == "cuda" else []
     try:
-        with torch.random.fork_rng(devices=cuda, enabled=sampling):
-            if sampling:
-                torch.manual_seed(seed)
+        with seeded_sampling(model, seed, enabled=sampling):
             new = generate_token_ids(model, contexts, max_new_tokens=max_new_tokens, stop_ids=eos_ids,
                                      pad_id=pad_id, temperature=temperature, top_p=top_p, top_k=0,
                                      batch_size=batch_size * draws if batch_size else None, engine=engine,
