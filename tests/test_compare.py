@@ -83,14 +83,25 @@ def test_compare_refuses_stages_scored_on_different_problems(tmp_path):
 
 
 def test_compare_reads_environment_episodes(tmp_path):
-    """A stage evaluated in an environment writes greedy episodes (``correct`` per episode), not predictions."""
+    """A stage evaluated in an environment writes episodes (``correct`` per episode), not predictions; sampled, each
+    problem's episodes carry their ``index`` and ``sample``, and a problem's score is the share of them correct."""
     for stage, outcomes in (("grpo", [True, True, False, True]), ("sft", [True, False, False, False])):
         folder = tmp_path / "eval" / stage
         folder.mkdir(parents=True)
         (folder / "episodes_with_tools.jsonl").write_text("".join(
             json.dumps({"question": f"q{i}", "correct": ok, "tool_calls": 1}) + "\n" for i, ok in enumerate(outcomes)))
-    row = compare_runs([tmp_path], "grpo", "sft", samples=200)["modes"]["greedy"]["rows"][0]
+    assert list(compare_runs([tmp_path], "grpo", "sft", samples=200)["modes"]) == ["greedy"]
+    for stage, outcomes in (("grpo", [[True, False], [True, True]]), ("sft", [[False, False], [True, False]])):
+        folder = tmp_path / "eval" / f"{stage}-sampled"
+        folder.mkdir(parents=True)
+        (folder / "episodes_with_tools.jsonl").write_text("".join(
+            json.dumps({"index": i, "sample": j, "question": f"q{i}", "correct": ok}) + "\n"
+            for i, samples in enumerate(outcomes) for j, ok in enumerate(samples)))
+    result = compare_runs([tmp_path], "grpo", "sft", samples=200)["modes"]
+    row = result["greedy"]["rows"][0]
     assert (row["treatment"], row["control"], row["only_treatment"], row["only_control"]) == (0.75, 0.25, 2, 0)
+    sampled = result["sampled"]["rows"][0]
+    assert (sampled["problems"], sampled["treatment"], sampled["control"]) == (2, 0.75, 0.25)
     # the SFT start is a control, not a compute-matched one: the table must not claim it is
     assert render_markdown(compare_runs([tmp_path], "grpo", "sft", samples=200)).startswith("# grpo vs sft (control)")
 

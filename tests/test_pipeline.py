@@ -231,6 +231,41 @@ def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(t
     assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in out.rglob("*") if p.name != LOCK_FILE} == before
 
 
+@pytest.mark.stage  # trains without the model fixtures
+def test_the_agentic_ladder_with_sampled_eval_samples_episodes_for_sft_grpo_and_the_control(tmp_path):
+    """The agentic smoke ladder with its control and ``sampled_eval: 2``: each trained stage is also evaluated with 2
+    sampled episodes per problem at GRPO's temperature, with and without tools, into ``eval/<stage>-sampled/``; the
+    summary's ``stages.<stage>.sampled`` numbers are those episodes' own, and the report and the paired comparison
+    with the control show them."""
+    out = tmp_path / "agentic"
+    config = load_pipeline_config(preset_path("quickstart-agentic-smoke"), {
+        "output_dir": str(out), "stages": ["sft", "grpo", "sft_continued"], "sampled_eval": 2})
+    run_pipeline(config)
+    on_disk = json.loads((out / "summary.json").read_text())
+    temperature = yaml.safe_load((out / "grpo" / "config.yaml").read_text())["temperature"]
+    for stage in ("sft", "grpo", "sft_continued"):
+        sampled = on_disk["stages"][stage]["sampled"]
+        assert (sampled["samples"], sampled["temperature"]) == (2, temperature)
+        episodes = {mode: [json.loads(line) for line in
+                           (out / "eval" / f"{stage}-sampled" / f"episodes_{mode}.jsonl").open()]
+                    for mode in ("with_tools", "without_tools")}
+        for played in episodes.values():
+            assert sorted((e["index"], e["sample"]) for e in played) == [(i, j) for i in range(8) for j in range(2)]
+        assert sampled["pass@1"] == pytest.approx(sum(e["correct"] for e in episodes["with_tools"]) / 16)
+        assert sampled["accuracy_without_tools"] == pytest.approx(
+            sum(e["correct"] for e in episodes["without_tools"]) / 16)
+        assert sampled["pass@2"] == pytest.approx(
+            sum(any(e["correct"] for e in episodes["with_tools"] if e["index"] == i) for i in range(8)) / 8)
+        metrics = json.loads((out / "eval" / f"{stage}-sampled" / "metrics.json").read_text())
+        assert (metrics["num_samples"], metrics["temperature"]) == (2, temperature)
+        greedy = [json.loads(line) for line in (out / "eval" / stage / "episodes_with_tools.jsonl").open()]
+        assert len(greedy) == 8 and {e["sample"] for e in greedy} == {0}  # the greedy evaluation stays as it was
+    assert "sampled" in on_disk["control"] and on_disk["control"]["sampled"]["problems"] == 8
+    report = (out / "report.md").read_text()
+    assert "sampled pass@1 |" in report and "2 sampled episodes per problem with tools" in report
+    assert "- sampled: GRPO" in report
+
+
 @pytest.mark.parametrize("preset", sorted(p.stem for p in PRESET_DIR.glob("quickstart*.yaml")))
 def test_every_embedded_preset_starts_from_the_shipped_base(preset):
     """Seeds vary SFT and RL only: no preset pretrains a base of its own (pretraining is opt-in)."""

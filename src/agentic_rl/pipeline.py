@@ -86,7 +86,8 @@ class PipelineConfig(EnvironmentSettings):
                                                 "wall time / the SFT stage's seconds per step)")
     eval: dict[str, Any] = setting({}, "settings for evaluation")
     sampled_eval: int = setting(0, "also evaluate SFT, GRPO and the control with this many samples per problem at "
-                                   "GRPO's temperature (pass@1, pass@k); 0 = greedy evaluation only")
+                                   "GRPO's temperature (pass@1, pass@k; in an environment, sampled episodes with "
+                                   "and without tools); 0 = greedy evaluation only")
 
     def __post_init__(self) -> None:
         check_run_name(self.name)
@@ -109,9 +110,6 @@ class PipelineConfig(EnvironmentSettings):
         if self.sampled_eval and not self.evaluate_stages:
             raise ConfigError("sampled_eval evaluates the stages: it needs evaluate_stages: true")
         self.check_environment_settings()
-        if self.environment is not None and self.sampled_eval:
-            raise ConfigError("sampled_eval is not available with an environment (its evaluation plays greedy "
-                              "episodes): set sampled_eval: 0")
 
 
 #: The embedded presets (``src/agentic_rl/configs/<file>.yaml``; ``--smoke`` takes ``<file>-smoke.yaml``).
@@ -209,6 +207,7 @@ def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, su
         summary["stages"].setdefault(label, {})["sampled"] = {
             "temperature": sample_temperature, "samples": config.sampled_eval,
             **{k: v for k, v in metrics.items() if k.startswith("pass@")},
+            **({k: metrics.get(k) for k in SAMPLED_ENVIRONMENT_KEYS} if config.environment is not None else {}),
             "eval_wall_time_s": result.get("wall_time_s")}
         return result
     summary["stages"].setdefault(label, {}).update({
@@ -220,6 +219,9 @@ def _evaluate(label: str, model_dir: str, config: PipelineConfig, root: Path, su
                                          if k in ENVIRONMENT_SUMMARY_KEYS or k.startswith("success_at_")})
     return result
 
+
+#: What ``stages.<label>.sampled`` holds next to pass@k (with tools) for a run in an environment.
+SAMPLED_ENVIRONMENT_KEYS = ("accuracy_without_tools", "tool_call_rate", "tool_calls_per_episode")
 
 #: What ``summary.json`` holds per stage next to ``accuracy`` (with tools) for a run in an environment.
 ENVIRONMENT_SUMMARY_KEYS = ("accuracy_without_tools", "tool_call_rate", "tool_error_rate", "useful_call_rate",

@@ -222,8 +222,15 @@ def write_pipeline_report(root: Path, summary: dict[str, Any]) -> Path:
         lines.append("")
         if sampled:
             first_sampled = next(s["sampled"] for s in evaluated.values() if "sampled" in s)
-            lines += [f"Sampled pass@1: {first_sampled['samples']} samples per problem at temperature "
-                      f"{first_sampled['temperature']} (GRPO's training temperature).", ""]
+            if environment:
+                without = ", ".join(f"{name} {_fmt(stage['sampled'].get('accuracy_without_tools'), '{:.1%}')}"
+                                    for name, stage in evaluated.items() if "sampled" in stage)
+                lines += [f"Sampled pass@1: {first_sampled['samples']} sampled episodes per problem with tools at "
+                          f"temperature {first_sampled['temperature']} (GRPO's training temperature); without "
+                          f"tools: {without}.", ""]
+            else:
+                lines += [f"Sampled pass@1: {first_sampled['samples']} samples per problem at temperature "
+                          f"{first_sampled['temperature']} (GRPO's training temperature).", ""]
         lines += _control_section(summary)
     lines += _time_section(root, summary)
     for png in plot_training_curves(root):

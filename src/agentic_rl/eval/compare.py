@@ -7,7 +7,8 @@ from one or more run directories (one per seed), pairs the two stages problem by
 * per run (seed): both accuracies, their difference, and McNemar's exact test on the discordant problems;
 * over all runs: the mean difference with a 95 % percentile-bootstrap interval, resampling problems within each run
   (the runs are the strata), and a more conservative hierarchical interval that also resamples the runs;
-* the same for sampled pass@1 (per problem: the share of its samples that are correct) when both stages have it.
+* the same for sampled pass@1 (per problem: the share of its samples, or sampled episodes in an environment, that
+  are correct) when both stages have it.
 
 Run it::
 
@@ -110,7 +111,7 @@ def bootstrap_mean_difference(diffs_by_run: list[list[float]], *, samples: int =
 # ---------------------------------------------------------------------------------------------------------------
 
 #: What an evaluated stage folder holds, and each row's per-problem outcome: single-turn predictions, or (a stage
-#: evaluated in an environment) the greedy episodes with tools.
+#: evaluated in an environment) the episodes with tools.
 STAGE_OUTCOMES = (("predictions.jsonl", "correct_strict"), ("episodes_with_tools.jsonl", "correct"))
 
 
@@ -144,6 +145,11 @@ def per_problem_accuracy(stage_dir: Path) -> dict[str, float]:
     return {q: c / n for q, (c, n) in totals.items()}
 
 
+def _evaluated(stage_dir: Path) -> bool:
+    """Whether ``stage_dir`` holds an evaluation's per-problem outcomes (predictions or episodes)."""
+    return any((stage_dir / name).is_file() for name, _ in STAGE_OUTCOMES)
+
+
 def paired_scores(run: Path, treatment: str, control: str, suffix: str = "") -> tuple[list[float], list[float]]:
     """Per-problem scores of both stages on the problems both were evaluated on, in one order."""
     a = per_problem_accuracy(run / "eval" / f"{treatment}{suffix}")
@@ -160,7 +166,7 @@ def compare_runs(runs: list[Path], treatment: str, control: str, *, samples: int
     """Per-run rows and pooled differences for greedy accuracy, and for sampled pass@1 where every run has it."""
     out: dict[str, Any] = {"treatment": treatment, "control": control, "runs": [], "modes": {}}
     modes = {"greedy": ""}
-    if all((r / "eval" / f"{s}-sampled" / "predictions.jsonl").is_file() for r in runs for s in (treatment, control)):
+    if all(_evaluated(r / "eval" / f"{s}-sampled") for r in runs for s in (treatment, control)):
         modes["sampled"] = "-sampled"
     for mode, suffix in modes.items():
         diffs, rows = [], []
