@@ -1,6 +1,7 @@
 """Multi-turn rollouts: the model acts, the environment answers, until the episode is done.
 
-One loop serves training (sampled, through TRL's ``rollout_func`` hook) and evaluation (greedy)::
+One loop serves training (sampled, through TRL's ``rollout_func`` hook) and evaluation (greedy, or sampled for
+pass@k)::
 
     prompt ─ generate turn 1 ─ env.step ─ tool-message tokens ─ generate turn 2 ─ env.step ─ ... ─ done
 
