@@ -456,12 +456,11 @@ def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]]
     (:func:`agentic_rl.eval.episodes.evaluate_episodes`): one greedy episode per problem, or with ``temperature`` > 0
     ``num_samples`` sampled episodes per problem seeded with ``seed``. Returns the metrics: ``accuracy`` (with tools,
     over all episodes; also under ``accuracy_strict``, the single-turn headline name), ``accuracy_without_tools``,
-    when sampling ``pass@k`` for ``config.pass_at_k`` (with tools; both settings' under their keys), the tool and
-    environment
-    statistics of the with-tools episodes at the top level and both settings under ``with_tools`` /
-    ``without_tools`` (``without_tools=False`` skips that setting: tune scores trials with tools only). With
-    ``output_dir``: ``metrics.json``, ``episodes_with_tools.jsonl``, ``episodes_without_tools.jsonl`` and
-    ``report.md``. ``progress``: draw a progress bar over the episodes (the ``eval`` command does)."""
+    when sampling ``pass@k`` for each k of ``config.pass_at_k``, the tool and environment statistics of the
+    with-tools episodes at the top level and both settings' statistics under ``with_tools`` / ``without_tools``
+    (``without_tools=False`` skips that setting: tune scores trials with tools only). With ``output_dir``:
+    ``metrics.json``, ``episodes_with_tools.jsonl``, ``episodes_without_tools.jsonl`` and ``report.md``.
+    ``progress``: draw a progress bar over the episodes (the ``eval`` command does)."""
     from agentic_rl.agent.settings import environment_system_prompt
     from agentic_rl.data.formats import resolve_system_prompt
     from agentic_rl.eval.episodes import evaluate_episodes
