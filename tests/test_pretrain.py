@@ -26,7 +26,7 @@ def test_corpus_excludes_held_out_questions_and_has_no_task_format():
 def test_copy_corpus_option_adds_copy_lines_and_keeps_both_test_splits_out(monkeypatch):
     from agentic_rl.data import synthetic
     from agentic_rl.data.custom import load_task_dataset
-    from agentic_rl.data.synthetic import arithmetic_corpus, synthetic_splits
+    from agentic_rl.data.synthetic import CORPUS_MULTIPLICATION, arithmetic_corpus, synthetic_splits
 
     default = PretrainConfig(corpus_lines=2000, exclude_test=300)
     _, arithmetic_test = synthetic_splits(0, 300, seed=0)
@@ -51,9 +51,11 @@ def test_copy_corpus_option_adds_copy_lines_and_keeps_both_test_splits_out(monke
                                          copy_layout="call"))
     assert excluded["layout"] == "call" and sum('{"expression": "' in line for line in called) >= 900
     assert not any('{"expression"' in line for line in lines)
-    # What is left out is exactly what the stages evaluate on (the same sources, task knobs and seed).
+    # What is left out is the test split of every kind of problem the corpus writes: the single-turn task's and the
+    # corpus's own multiplication problems (same generator, knobs and seed), which are the agentic task's.
     evaluated = {r["question"] for source in ("synthetic", "synthetic:multiplication")
                  for r in load_task_dataset(source, "test", synthetic_test_size=300).to_list()}
+    assert {r["question"] for r in synthetic_splits(0, 300, 0, **CORPUS_MULTIPLICATION)[1]} <= evaluated
     assert evaluated <= excluded["questions"]
     questions = {line.rsplit("?", 1)[0] + "?" for line in lines if "?" in line}
     assert sum("*" in line and "?" in line for line in lines) >= 250

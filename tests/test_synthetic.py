@@ -5,12 +5,15 @@ from collections import Counter
 
 import pytest
 
-from agentic_rl.data.synthetic import (arithmetic_corpus, copy_corpus, generate_synthetic, multiplication_task,
-                                       synthetic_splits)
+from agentic_rl.data.synthetic import (DISTRACTORS, arithmetic_corpus, copy_corpus, generate_synthetic,
+                                       multiplication_task, synthetic_splits)
 from agentic_rl.errors import ConfigError
 
 ANNOTATED_LINE = re.compile(r"^(\d+) ([-+*/]) (\d+) = <<(\d+)([-+*/])(\d+)=(\d+)>>(\d+)$")
 EQUATION = re.compile(r"^(\d+) ([-+*/]) (\d+) = (\d+)$")
+#: A detail sentence of the multiplication task (a number the answer does not use).
+DETAIL_SENTENCE = re.compile("|".join(re.escape(t).replace(r"\{d\}", r"\d+").replace(r"\{name\}", "[A-Z][a-z]+")
+                                      .replace(r"\{friend\}", "[A-Z][a-z]+") for t in DISTRACTORS))
 
 
 def _exact(a: int, op: str, b: int) -> int | None:
@@ -128,6 +131,31 @@ def test_multiplication_task_needs_a_real_multiplication():
     assert sum(len(check_row(r, max_steps=2)[0]) == 2 for r in rows) > 50
     three = multiplication_task(50, seed=2, digits=3, max_steps=1)
     assert all(len(r["answer"].split()[0]) == 3 for r in three)
+
+
+def test_detail_sentences_hold_a_number_the_answer_does_not_use():
+    plain = generate_synthetic(300, seed=4, kind="multiplication", max_steps=3)
+    assert not any(DETAIL_SENTENCE.search(r["question"]) for r in plain)
+    rows = generate_synthetic(300, seed=4, kind="multiplication", max_steps=3, distractors=1.0)
+    for row in rows:
+        steps, _ = check_row(row, min_steps=1, max_steps=3)
+        details = list(DETAIL_SENTENCE.finditer(row["question"]))
+        assert len(details) == 1, row["question"]
+        rest = row["question"].replace(details[0].group(0), "")
+        operands = [steps[0].split()[0], steps[0].split()[2]] + [step.split()[2] for step in steps[1:]]
+        # without the detail, the question's numbers are the steps' operands, in the order told ("reads 16 pages a
+        # day for 60 days" tells the second factor first)
+        told = re.findall(r"\d+", rest)
+        assert sorted(told[:2]) == sorted(operands[:2]) and told[2:] == operands[2:], row
+    assert sum(len(check_row(r, max_steps=3)[0]) == 3 for r in rows) > 50
+    # the detail goes anywhere after the opening sentence, before the question
+    assert len({row["question"].index(DETAIL_SENTENCE.search(row["question"]).group(0)) > 0 for row in rows}) == 1
+    half = generate_synthetic(400, seed=4, kind="multiplication", distractors=0.5)
+    assert 120 < sum(bool(DETAIL_SENTENCE.search(r["question"])) for r in half) < 280
+    with pytest.raises(ConfigError, match="distractors apply to kind 'multiplication'"):
+        generate_synthetic(5, seed=0, distractors=0.5)
+    with pytest.raises(ConfigError, match="share between 0 and 1"):
+        generate_synthetic(5, seed=0, kind="multiplication", distractors=1.5)
 
 
 def test_arithmetic_corpus_teaches_arithmetic_not_the_task_format():

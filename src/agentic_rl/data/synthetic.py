@@ -15,6 +15,8 @@ learnable on a CPU in minutes. Knobs widen it (``max_operand``, ``max_factor``, 
 
 ``kind="multiplication"`` (also :func:`multiplication_task`) makes problems whose first step multiplies two
 multi-digit numbers (``23 * 47``), optionally followed by +/- steps: a task where a calculator tool matters.
+``distractors`` adds to a share of them one sentence with a number the answer does not use ("Leo is 34 years
+old."), so a model has to tell which quantities change the total.
 
 :func:`synthetic_splits` gives train and test rows that never share a question; the test split depends only on
 ``seed`` and ``n_test`` (not on ``n_train``), so evaluation sets stay fixed while training sets grow.
@@ -175,6 +177,11 @@ MULT_STORIES: tuple[tuple[str, str, str], ...] = (
     ("{name} saves ${b} every week for {a} weeks.", "{His} {relative} adds ${c}.", "{He} spends ${c} on a gift."),
 )
 MULT_QUESTIONS = ("How many are there in total?", "What is the total now?", "What is the final total?")
+# Sentences whose number the answer does not use (``distractors``): the model has to tell a quantity that changes the
+# total from one that does not, as GSM8K's irrelevant details ask.
+DISTRACTORS = ("{friend} helps for {d} hours.", "It takes {d} minutes to count them all.", "{name} is {d} years old.",
+               "{friend} has been doing this for {d} years.", "The job is done in {d} days.",
+               "{name} tells {d} friends about it.")
 
 
 def _fill(template: str, ctx: dict[str, str]) -> str:
@@ -228,6 +235,7 @@ class _Knobs:
     ops: tuple[str, ...]
     kind: str
     digits: int
+    distractors: float = 0.0
 
 
 def _pick_operand(rng: random.Random, cur: int, op: str, k: _Knobs) -> int | None:
@@ -308,6 +316,9 @@ def _multiplication_problem(rng: random.Random, k: _Knobs) -> dict[str, str]:
         sentences.append(_fill(plus if op == "+" else minus, {**ctx, "c": c}))
         lines.append(_step_line(cur, op, c, new))
         cur = new
+    if k.distractors and rng.random() < k.distractors:  # drawn only when asked: the default rows stay as they were
+        d = rng.randint(2, k.max_operand)
+        sentences.insert(rng.randint(1, len(sentences)), _fill(rng.choice(DISTRACTORS), {**ctx, "d": d}))
     sentences.append(rng.choice(MULT_QUESTIONS))
     return {"question": " ".join(sentences), "answer": "\n".join(lines + [f"#### {cur}"])}
 
@@ -317,7 +328,7 @@ def _multiplication_problem(rng: random.Random, k: _Knobs) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------------------
 
 def _knobs(min_steps: int, max_steps: int, max_operand: int | None, max_factor: int | None, max_answer: int | None,
-           ops: Iterable[str], kind: str, digits: int) -> _Knobs:
+           ops: Iterable[str], kind: str, digits: int, distractors: float = 0.0) -> _Knobs:
     if kind not in KINDS:
         raise ConfigError(f"synthetic kind must be one of {', '.join(KINDS)}; got {kind!r}")
     ops = tuple(ops)
@@ -327,11 +338,15 @@ def _knobs(min_steps: int, max_steps: int, max_operand: int | None, max_factor: 
     if not 1 <= min_steps <= max_steps:
         raise ConfigError(f"synthetic steps need 1 <= min_steps <= max_steps; got min_steps={min_steps}, "
                           f"max_steps={max_steps}")
+    if isinstance(distractors, bool) or not isinstance(distractors, (int, float)) or not 0 <= distractors <= 1:
+        raise ConfigError(f"synthetic distractors must be a share between 0 and 1; got {distractors!r}")
     if kind == "multiplication":
         if digits < 1:
             raise ConfigError(f"synthetic digits must be >= 1; got {digits}")
         # the product's size is set by ``digits``; max_answer does not apply
-        return _Knobs(min_steps, max_steps, max_operand or 50, max_factor or 9, 0, ops, kind, digits)
+        return _Knobs(min_steps, max_steps, max_operand or 50, max_factor or 9, 0, ops, kind, digits, distractors)
+    if distractors:
+        raise ConfigError("synthetic distractors apply to kind 'multiplication' only")
     k = _Knobs(min_steps, max_steps, 50 if max_operand is None else max_operand,
                9 if max_factor is None else max_factor, 150 if max_answer is None else max_answer, ops, kind, digits)
     if k.max_operand < 2 or k.max_factor < 2 or k.max_answer < 4:
@@ -360,7 +375,7 @@ def _generate(n: int, rng: random.Random, k: _Knobs, exclude: set[str]) -> list[
 def generate_synthetic(n: int, seed: int = 0, *, min_steps: int = 1, max_steps: int = 3,
                        max_operand: int | None = None, max_factor: int | None = None, max_answer: int | None = None,
                        ops: Iterable[str] = OPS, kind: str = "arithmetic", digits: int = 2,
-                       exclude: Iterable[str] = ()) -> list[dict[str, str]]:
+                       distractors: float = 0.0, exclude: Iterable[str] = ()) -> list[dict[str, str]]:
     """``n`` distinct GSM8K-shaped rows ``{"question", "answer"}``, the same for the same seed and knobs.
 
     Args:
@@ -373,12 +388,14 @@ def generate_synthetic(n: int, seed: int = 0, *, min_steps: int = 1, max_steps: 
         ops: operations allowed, a subset of ``+ - * /``.
         kind: ``"arithmetic"`` (default) or ``"multiplication"`` (first step multiplies two ``digits``-digit numbers).
         digits: operand size for ``kind="multiplication"`` (2 -> e.g. ``23 * 47``).
+        distractors: ``kind="multiplication"`` only: the share of problems with one extra sentence holding a number
+            the answer does not use ("Leo is 34 years old.").
         exclude: question texts never to emit (used to keep splits disjoint).
 
     >>> generate_synthetic(1, seed=0)[0]["answer"].splitlines()[-1].startswith("#### ")
     True
     """
-    k = _knobs(min_steps, max_steps, max_operand, max_factor, max_answer, ops, kind, digits)
+    k = _knobs(min_steps, max_steps, max_operand, max_factor, max_answer, ops, kind, digits, distractors)
     return _generate(n, random.Random(f"agentic-rl-synthetic:{seed}"), k, set(exclude))
 
 
@@ -479,6 +496,10 @@ def arithmetic_corpus(n_lines: int, seed: int = 0, *, max_operand: int = 99, max
     return [line for block in blocks for line in block]
 
 
+#: The multiplication problems the pretraining corpus writes (:func:`copy_corpus`); pretraining keeps their test split
+#: out, so the shipped base's corpus does not change when a task's knobs do.
+CORPUS_MULTIPLICATION = {"kind": "multiplication", "max_steps": 2}
+
 #: How copy_corpus writes a problem's steps: "39*83=3237", as a calculator call's arguments and its result, or as
 #: the lines of the task's worked answer ("39 * 83 = 3237", one per line, as SFT demonstrations write them).
 COPY_LAYOUTS = ("plain", "call", "answer")
@@ -511,7 +532,7 @@ def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
     rng = random.Random(f"agentic-rl-copy:{seed}")
     n_problems = int(round(n_lines * problem_fraction))
     n_mult = n_problems // 2
-    rows = generate_synthetic(n_mult, seed=seed + 5_555_555, kind="multiplication", max_steps=2, exclude=exclude)
+    rows = generate_synthetic(n_mult, seed=seed + 5_555_555, **CORPUS_MULTIPLICATION, exclude=exclude)
     rows += generate_synthetic(n_problems - n_mult, seed=seed + 6_666_666, exclude=exclude)
     lines = []
     for row in rows:

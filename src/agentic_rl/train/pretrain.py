@@ -140,15 +140,16 @@ class PretrainConfig:
 
 def build_corpus(config: PretrainConfig) -> list[str]:
     """The pretraining lines (deterministic by seed), with the held-out test questions excluded."""
-    from agentic_rl.data.synthetic import arithmetic_corpus, copy_corpus
+    from agentic_rl.data.synthetic import CORPUS_MULTIPLICATION, arithmetic_corpus, copy_corpus, synthetic_splits
 
     test_questions = []
     copy_lines = int(round(config.corpus_lines * config.copy_fraction)) if config.corpus == "arithmetic+copy" else 0
     if config.exclude_test:
         test_questions = evaluation_questions("synthetic", config.exclude_test, config.synthetic_seed)
-        if copy_lines or config.corpus == "broad":  # these also hold multiplication problems: keep that test out too
-            test_questions += evaluation_questions("synthetic:multiplication", config.exclude_test,
-                                                   config.synthetic_seed)
+        if copy_lines or config.corpus == "broad":  # these also hold multiplication problems: keep their test out too
+            test_questions += [row["question"] for row in synthetic_splits(0, config.exclude_test,
+                                                                           config.synthetic_seed,
+                                                                           **CORPUS_MULTIPLICATION)[1]]
     if config.corpus == "broad":
         return broad_corpus(config.corpus_lines, config.seed, exclude=test_questions)
     lines = arithmetic_corpus(config.corpus_lines - copy_lines, config.seed, exclude=test_questions)
