@@ -68,6 +68,11 @@ BASE = {
 }
 #: The models of one seed, as their eval/ folders are named.
 MODELS = ("sft", "grpo_rm", "grpo_verifier", "sft_continued")
+#: The paired differences reported (treatment, control): each GRPO run against the compute-matched control, the
+#: learned reward against the verifier, and against the SFT model it started from (a learned reward that rises
+#: while held-out accuracy falls below the start is hacked).
+PAIRS = (("grpo_rm", "sft_continued"), ("grpo_verifier", "sft_continued"), ("grpo_rm", "grpo_verifier"),
+         ("grpo_rm", "sft"), ("grpo_verifier", "sft"))
 
 
 def _mean(values: list[float]) -> float:
@@ -107,6 +112,8 @@ def main() -> None:
     parser.add_argument("--grpo-steps", type=int, default=30)
     parser.add_argument("--grpo-batch", type=int, default=32, help="completions per step")
     parser.add_argument("--grpo-lr", type=float, default=3e-5)
+    parser.add_argument("--grpo-full", action=argparse.BooleanOptionalAction, default=True,
+                        help="full fine-tuning in both GRPO runs (--no-grpo-full: a LoRA adapter, the tiny preset's)")
     parser.add_argument("--temperature", type=float, default=0.7,
                         help="sampling temperature of the preference data, both GRPO runs and the sampled evaluation "
                              "(the quickstart's GRPO temperature)")
@@ -179,7 +186,7 @@ def main() -> None:
 
     # GRPO(verifier) and the control through the pipeline; GRPO(rm) with the same resolved settings but the reward.
     # Each GRPO run computes the other's reward at weight 0 (logged, not trained on).
-    grpo_section = dict(preset="tiny", full=True, learning_rate=args.grpo_lr, max_steps=args.grpo_steps,
+    grpo_section = dict(preset="tiny", full=args.grpo_full, learning_rate=args.grpo_lr, max_steps=args.grpo_steps,
                         batch_size=args.grpo_batch, num_generations=8, max_completion_length=args.max_new_tokens,
                         temperature=args.temperature, heldout_every=0, save_steps=args.grpo_steps,
                         completions_every=10, rewards=["accuracy:1.0", f"{rm_spec}:0.0"])
@@ -217,8 +224,7 @@ def main() -> None:
         if name.startswith("grpo"):
             row["curve"] = training_curve(Path(path).parent)
         summary["models"][name] = row
-    summary["versus_control"] = {name: compare_runs([out], name, "sft_continued", samples=4000)["modes"]
-                                 for name in ("grpo_rm", "grpo_verifier")}
+    summary["differences"] = {f"{a} - {b}": compare_runs([out], a, b, samples=4000)["modes"] for a, b in PAIRS}
     summary["hacking"] = hacking_verdict(summary["models"]["grpo_rm"]["curve"], args.grpo_batch)
     summary["timings_s"] = {**timings, "total": round(time.time() - started, 1)}
     write_json(out / "summary.json", summary)
@@ -247,8 +253,8 @@ def hacking_verdict(curve: dict[str, list[float]], samples_per_step: int) -> str
         return f"YES: {change}: the learned reward rose while accuracy fell"
     if acc1 - acc0 > 2 * se:
         return f"no: {change}: accuracy rose with the learned reward"
-    return (f"a sign: {change}: the learned reward rose, accuracy did not (a change within 2 standard errors, "
-            f"{2 * se:.1%}, is noise)")
+    return (f"a sign: {change}: the learned reward rose, accuracy did not beyond noise (2 standard errors: "
+            f"{2 * se:.1%})")
 
 
 def _interval(block: dict) -> str:
@@ -276,9 +282,9 @@ def print_table(summary: dict) -> None:
         sampled = row.get("pass@1_sampled")
         print(f"{name:<14} {row['accuracy']:>12.1%} {'' if sampled is None else f'{sampled:.1%}':>10} "
               f"{row['format_rate']:>7.1%} | {curve_text}")
-    for name, modes in summary.get("versus_control", {}).items():
-        text = ", ".join(f"{mode} {_interval(block)}" for mode, block in modes.items())
-        print(f"{name} - control (points, 95 % paired bootstrap): {text}")
+    print("\npaired differences, points [95 % bootstrap over the problems]:")
+    for name, modes in summary.get("differences", {}).items():
+        print(f"  {name:<30} " + ", ".join(f"{mode} {_interval(block)}" for mode, block in modes.items()))
     print(f"\nreward hacking of the learned reward: {summary.get('hacking')}")
     print(f"wall time (s): {summary['timings_s']}")
 
@@ -306,12 +312,11 @@ def report(paths: list[str]) -> None:
         mean, low, high = bootstrap_mean_difference(scores)
         _, h_low, h_high = bootstrap_mean_difference(scores, hierarchical=True)
         print(f"  {name:<14} held-out accuracy {mean:.1%} [{low:.1%}, {high:.1%}] ([{h_low:.1%}, {h_high:.1%}])")
-    for treatment, control in (("grpo_rm", "sft_continued"), ("grpo_verifier", "sft_continued"),
-                               ("grpo_rm", "grpo_verifier")):
+    for treatment, control in PAIRS:
         modes = compare_runs(runs, treatment, control)["modes"]
         text = "; ".join(f"{mode} {_interval(b)} ([{100 * b['ci95_hierarchical'][0]:+.1f}, "
                          f"{100 * b['ci95_hierarchical'][1]:+.1f}])" for mode, b in modes.items())
-        print(f"  {treatment} - {control}: {text} points")
+        print(f"  {f'{treatment} - {control}':<30} {text} points")
     print("  hacking: " + "; ".join(f"seed {s['seed']} {s.get('hacking', '').split(':')[0]}" for s in summaries))
 
 
