@@ -212,8 +212,11 @@ def main() -> None:
 
     # --- summary and table ---------------------------------------------------------------------------------------
     summary = {"seed": args.seed, "out": str(out), "sft_model": sft_model, "judge": list(args.judge), "k": args.k,
-               "samples_per_step": args.grpo_batch, "preferences": pref["stats"], "reward_model": rm["metrics"],
-               "control_budget": _control_budget(root), "models": {}}
+               "samples_per_step": args.grpo_batch, "prompts_per_step": (
+                   verifier_config.batch_size * verifier_config.gradient_accumulation_steps
+                   // verifier_config.num_generations),
+               "preferences": pref["stats"], "reward_model": rm["metrics"], "control_budget": _control_budget(root),
+               "models": {}}
     for name, path in models.items():
         m = metrics[name]
         row = {"model_dir": path, "accuracy": m["accuracy_strict"], "format_rate": m["format_rate"]}
@@ -223,7 +226,7 @@ def main() -> None:
             row["curve"] = training_curve(Path(path).parent)
         summary["models"][name] = row
     summary["differences"] = {f"{a} - {b}": compare_runs([out], a, b, samples=4000)["modes"] for a, b in PAIRS}
-    summary["hacking"] = hacking_verdict(summary["models"]["grpo_rm"]["curve"], args.grpo_batch)
+    summary["hacking"] = hacking_verdict(summary["models"]["grpo_rm"]["curve"], summary["prompts_per_step"])
     # Per step (a step skipped as finished keeps its recorded time), their sum, and this invocation's wall time.
     summary["timings_s"] = {**timings, "steps_total": round(sum(timings.values()), 1),
                             "this_run": round(time.time() - started, 1)}
@@ -238,12 +241,13 @@ def _control_budget(root: Path) -> dict:
     return read_json(path)["stages"].get("sft_continued", {}).get("budget", {}) if path.is_file() else {}
 
 
-def hacking_verdict(curve: dict[str, list[float]], samples_per_step: int) -> str:
+def hacking_verdict(curve: dict[str, list[float]], prompts_per_step: int) -> str:
     """Signs that the learned reward was hacked, from GRPO(rm)'s own samples: the reward-model score rose from the
     first to the last third of training while the verifier accuracy of the same samples did not rise (a sign) or fell
-    (hacking), by more than two standard errors (two-proportion, pooled)."""
+    (hacking), by more than two standard errors (two-proportion, pooled). The unit is the prompt, not the completion:
+    a group's completions share their prompt's difficulty, so counting them as independent understates the noise."""
     (rm0, rm1), (acc0, acc1) = thirds(curve["rm"]), thirds(curve["accuracy"])
-    n = max(1, len(curve["accuracy"]) // 3) * samples_per_step
+    n = max(1, len(curve["accuracy"]) // 3) * prompts_per_step
     p = (acc0 + acc1) / 2
     se = math.sqrt(max(2 * p * (1 - p) / n, 1e-12))
     change = f"RM score {rm0:.3f} -> {rm1:.3f}, sample accuracy {acc0:.1%} -> {acc1:.1%}"

@@ -37,11 +37,11 @@ def test_thirds_are_the_means_of_the_first_and_last_third(ladder):
     ([0.9] * 3 + [0.5] * 3 + [0.1] * 3, [0.6] * 3 + [0.4] * 3 + [0.2] * 3, "no"),     # reward did not rise
 ])
 def test_hacking_verdict(ladder, rm, accuracy, verdict):
-    assert ladder.hacking_verdict(curve(rm, accuracy), samples_per_step=32).split(":")[0] == verdict
+    assert ladder.hacking_verdict(curve(rm, accuracy), prompts_per_step=32).split(":")[0] == verdict
 
 
 def test_a_small_accuracy_change_is_noise_not_hacking(ladder):
-    """A 3-point drop over 3 x 32 samples per third is within two standard errors: a sign, not hacking."""
+    """A 3-point drop over 3 x 32 prompts per third is within two standard errors: a sign, not hacking."""
     rm, accuracy = [0.1] * 3 + [0.9] * 3 + [0.9] * 3, [0.50] * 3 + [0.48] * 3 + [0.47] * 3
-    assert ladder.hacking_verdict(curve(rm, accuracy), samples_per_step=32).startswith("a sign")
-    assert ladder.hacking_verdict(curve(rm, accuracy), samples_per_step=100_000).startswith("YES")
+    assert ladder.hacking_verdict(curve(rm, accuracy), prompts_per_step=32).startswith("a sign")
+    assert ladder.hacking_verdict(curve(rm, accuracy), prompts_per_step=100_000).startswith("YES")
