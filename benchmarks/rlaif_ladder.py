@@ -21,11 +21,13 @@ and stops, as any stage does, unless ``--overwrite`` is given (every step is the
 2. ``reward-model/``: a reward model trained on those pairs; its pairwise accuracy on held-out pairs is reported.
 3. ``pipeline/grpo/`` and ``pipeline/sft_continued/``: the pipeline's GRPO stage on the verifier from the SFT model
    (GRPO(verifier)), then its compute-matched control: SFT continued from the SFT model on the same clean
-   demonstrations for as many steps as fit in GRPO(verifier)'s wall time (the pipeline's ``sft_continued`` stage).
+   demonstrations for as many steps as fit in GRPO(verifier)'s wall time (the pipeline's ``sft_continued`` stage;
+   that wall time includes scoring the samples with the reward model at weight 0, as GRPO(rm) does).
 4. ``grpo-rm/``: GRPO with the pipeline's resolved GRPO settings, the reward model as its only trained reward. Each
    GRPO run also *computes* the other reward at weight 0 (logged, never trained on), so both show the reward-model
    score and the verifier accuracy of their samples over training: a learned reward that is hacked shows as a rising
-   reward-model score while the accuracy of the same samples does not rise.
+   reward-model score while accuracy does not rise, that of the same samples or the held-out accuracy against the
+   SFT start (:func:`hacking_verdict`).
 5. ``eval/<model>/``: SFT, GRPO(rm), GRPO(verifier) and the control on the same ``--eval-samples`` test problems,
    greedy, and sampled (``--sampled-eval`` samples per problem at GRPO's temperature; pass@1) into
    ``eval/<model>-sampled/``: the layout ``agentic-rl compare`` reads, so each GRPO run is compared with the control
