@@ -78,13 +78,16 @@ class Environment:
 
     ``tools`` are shown to the model (their schemas go into the chat template) when ``tools_enabled``.
     ``system_prompt`` is the system message of this environment's task prompts (None: the project's standard
-    :data:`agentic_rl.data.formats.SYSTEM_PROMPT`).
+    :data:`agentic_rl.data.formats.SYSTEM_PROMPT`). ``context_window``: the number of latest turns (an assistant turn
+    with the observation that answers it) the model sees when it writes the next turn; older turns leave its context
+    (None: the whole episode stays; see :mod:`agentic_rl.agent.rollout`).
     """
 
     tools: list[Tool] = []
     tools_enabled: bool = True
     max_turns: int = 1
     system_prompt: str | None = None
+    context_window: int | None = None
 
     def reset(self, task: dict[str, Any]) -> str | None:  # pragma: no cover - interface
         """Start an episode on ``task``; a returned string is appended to the prompt's last user message."""

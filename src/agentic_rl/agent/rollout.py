@@ -15,6 +15,14 @@ spliced at the token level (see
 sampled. The trajectory's return is the sum of its step rewards; each assistant turn's step reward and token span
 (``turn_spans``) are kept for turn-level credit assignment (:mod:`agentic_rl.train.credit`).
 
+An environment with a ``context_window`` of k turns (the memory environment) keeps only its latest turns in view:
+turn t is generated from the prompt followed by turns t-k .. t-1 (each assistant turn with the observation that
+answers it); the earlier turns leave the context. The kept part is a suffix of ``completion_ids`` starting at the first
+token of turn t-k (``context_starts``, one per turn), so the model continues as if the earlier turns had never been
+there, and nothing is re-tokenized. Training scores each turn's tokens in that same context
+(:func:`context_views`: SFT examples per view, GRPO's log-prob passes per view in
+:class:`agentic_rl.train.logprobs.FoldedContextScoring`).
+
 TRL (1.16) consumes this as follows: ``rollout_func`` returns ``prompt_ids``, ``completion_ids``, ``logprobs`` and
 extra fields; the extra field ``env_mask`` becomes the trainer's ``tool_mask`` (loss mask = completion mask ×
 env mask); every other field (``trajectory_return``, ``step_rewards``, ``turn_spans``, ...) is passed to the reward
@@ -36,7 +44,7 @@ from typing import Any
 from agentic_rl.agent.env import Environment, trajectory_return
 from agentic_rl.agent.tool_format import OBSERVATION_ROLES, ChatFormat
 from agentic_rl.data.formats import last_message_index
-from agentic_rl.errors import AgenticRLError, DataError
+from agentic_rl.errors import AgenticRLError, ConfigError, DataError
 
 
 @dataclass
@@ -61,6 +69,8 @@ class Trajectory:
     step_rewards: list[float] = field(default_factory=list)  # one per assistant turn
     # (start, end) of each assistant turn's tokens in completion_ids, one per step reward (turn-level credit)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    # where each turn's context begins in completion_ids (0: the whole episode so far; see context_window)
+    context_starts: list[int] = field(default_factory=list)
     messages: list[dict[str, str]] = field(default_factory=list)  # assistant and observation messages, in order
     turns: int = 0
     tool_calls: int = 0  # tool-call blocks written (valid or not)
@@ -152,11 +162,16 @@ def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str
         tools = env.tool_schemas() if settings.tools_in_prompt else None
         trajectories.append(Trajectory(prompt_ids=fmt.prompt_ids(prompt, tools)))
 
+    windows = [context_window_of(env) for env in envs]
     active = list(range(len(trajectories)))
     while active:
         budgets = [settings.max_completion_length - len(trajectories[i].completion_ids) for i in active]
+        for i in active:
+            traj = trajectories[i]
+            traj.context_starts.append(context_start(traj.turn_spans, len(traj.turn_spans), windows[i]))
         new_ids = generate_batch(
-            model, [trajectories[i].prompt_ids + trajectories[i].completion_ids for i in active],
+            model, [trajectories[i].prompt_ids + trajectories[i].completion_ids[trajectories[i].context_starts[-1]:]
+                    for i in active],
             max_new_tokens=max(1, min(settings.max_turn_tokens, max(budgets))), stop_ids=fmt.stop_ids,
             pad_id=pad_id, do_sample=settings.do_sample, temperature=settings.temperature, top_p=settings.top_p,
             top_k=settings.top_k)
@@ -195,6 +210,45 @@ def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str
     return trajectories
 
 
+def context_window_of(env: Any) -> int | None:
+    """The environment's ``context_window`` (turns kept in view; None: all), checked."""
+    window = getattr(env, "context_window", None)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ConfigError(f"{type(env).__name__}.context_window must be an integer >= 1 or None, got {window!r}")
+    return window
+
+
+def context_start(turn_spans: list[tuple[int, int]], turn: int, window: int | None) -> int:
+    """Where turn ``turn`` (0-based)'s context begins in the completion: the first token of turn ``turn - window``,
+    or 0 (the whole episode so far) when ``window`` is None or no turn has left the context yet.
+
+    >>> context_start([(0, 5), (9, 14), (20, 26)], 3, 2)
+    9
+    """
+    if window is None or turn <= window:
+        return 0
+    return turn_spans[turn - window][0]
+
+
+def context_views(turn_spans: list[tuple[int, int]], context_starts: list[int]) -> list[tuple[int, int, list[int]]]:
+    """The contexts an episode's turns were generated in, as ``(start, end, turns)``: consecutive turns that share a
+    context start form one view, whose tokens ``completion[start:end]`` (end: the last of its turns' end) follow
+    the prompt; each turn's tokens are scored in its own view only.
+
+    >>> context_views([(0, 5), (9, 14), (20, 26), (30, 33)], [0, 0, 0, 9])
+    [(0, 26, [0, 1, 2]), (9, 33, [3])]
+    """
+    if len(turn_spans) != len(context_starts):
+        raise ValueError(f"{len(turn_spans)} turn spans but {len(context_starts)} context starts")
+    views: list[tuple[int, int, list[int]]] = []
+    for turn, ((_, end), start) in enumerate(zip(turn_spans, context_starts)):
+        if views and views[-1][0] == start:
+            views[-1] = (start, end, views[-1][2] + [turn])
+        else:
+            views.append((start, end, [turn]))
+    return views
+
+
 def encode_episode(fmt: ChatFormat, prompt: list[dict[str, str]], messages: list[dict[str, Any]],
                    tools: list[dict] | None = None) -> tuple[list[int], list[int], list[int]]:
     """(prompt_ids, completion_ids, env_mask) of a written episode: assistant turns alternating with observations.
@@ -203,13 +257,22 @@ def encode_episode(fmt: ChatFormat, prompt: list[dict[str, str]], messages: list
     end-of-turn token (mask 1, or 0 when the message says ``"train": False``); each run of observation messages
     (``tool`` results, ``user`` feedback) is rendered by the chat template with the next generation prompt (mask 0).
     """
+    prompt_ids, completion, mask, _ = encode_episode_turns(fmt, prompt, messages, tools)
+    return prompt_ids, completion, mask
+
+
+def encode_episode_turns(fmt: ChatFormat, prompt: list[dict[str, str]], messages: list[dict[str, Any]],
+                         tools: list[dict] | None = None
+                         ) -> tuple[list[int], list[int], list[int], list[tuple[int, int]]]:
+    """:func:`encode_episode` plus the (start, end) span of each assistant turn in the completion."""
     prompt_ids = fmt.prompt_ids(prompt, tools)
-    completion, mask = [], []
+    completion, mask, spans = [], [], []
     k = 0
     while k < len(messages):
         message = messages[k]
         if message["role"] == "assistant":
             ids = fmt.turn_ids(message["content"])
+            spans.append((len(completion), len(completion) + len(ids)))
             completion += ids
             mask += [int(bool(message.get("train", True)))] * len(ids)
             k += 1
@@ -224,7 +287,7 @@ def encode_episode(fmt: ChatFormat, prompt: list[dict[str, str]], messages: list
         else:
             raise DataError(f"episode message {k} has role '{message['role']}'; expected assistant, "
                             f"{' or '.join(OBSERVATION_ROLES)}")
-    return prompt_ids, completion, mask
+    return prompt_ids, completion, mask, spans
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -290,8 +353,14 @@ def make_rollout_func(env_factory: Callable[[], Environment], tasks: list[dict[s
         model = trainer.accelerator.unwrap_model(trainer.model)
         mode = "train" if trainer.model.training else "eval"
         start = time.time()
-        trajectories = run_episodes(model, tokenizer, [env_factory() for _ in prompts], batch_tasks,
-                                    prompts, run_settings, state["fmt"])
+        envs = [env_factory() for _ in prompts]
+        trajectories = run_episodes(model, tokenizer, envs, batch_tasks, prompts, run_settings, state["fmt"])
+        if any(context_window_of(env) is not None for env in envs):
+            # Turns generated in a folded context are scored in it (agentic_rl.train.logprobs.FoldedContextScoring).
+            hand_over = getattr(trainer, "set_rollout_contexts", None)
+            if hand_over is None:
+                raise ConfigError(f"{type(trainer).__name__} cannot train on episodes with a context_window")
+            hand_over([(list(t.context_starts), list(t.turn_spans)) for t in trajectories])
         stats = episode_stats(trajectories)
         for key, value in stats.items():
             trainer._metrics[mode][f"agent/{key}"].append(value)
@@ -307,6 +376,7 @@ def make_rollout_func(env_factory: Callable[[], Environment], tasks: list[dict[s
             "trajectory_return": [t.total_return for t in trajectories],
             "step_rewards": [list(t.step_rewards) for t in trajectories],
             "turn_spans": [list(t.turn_spans) for t in trajectories],
+            "context_starts": [list(t.context_starts) for t in trajectories],
             "correct": [t.correct for t in trajectories],
         }
 

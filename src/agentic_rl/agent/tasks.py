@@ -27,7 +27,8 @@ import random
 from typing import Any
 
 from agentic_rl.agent.reference import ground_truth_of, solution_steps
-from agentic_rl.agent.rollout import encode_episode, prompt_with_observation, reset_episode
+from agentic_rl.agent.rollout import (context_start, context_views, context_window_of, encode_episode,
+                                     encode_episode_turns, prompt_with_observation, reset_episode)
 from agentic_rl.agent.tool_format import ChatFormat, render_tool_call, tool_message
 from agentic_rl.data.formats import CALC_STEP, SYSTEM_PROMPT, accepted_answers, build_prompt, format_solution
 from agentic_rl.errors import DataError
@@ -137,12 +138,28 @@ def _labelled(fmt: ChatFormat, prompt, messages, tools) -> dict[str, list[int]]:
     return {"input_ids": prompt_ids + completion, "labels": labels}
 
 
+def view_examples(prompt_ids: list[int], completion: list[int], mask: list[int], spans: list[tuple[int, int]],
+                  window: int | None) -> list[dict[str, list[int]]]:
+    """One SFT example per context view of an encoded episode (:func:`agentic_rl.agent.rollout.context_views`):
+    the prompt, then the view's part of the completion, labelled only on the tokens of the turns generated in that
+    view. Without a ``window`` that is the one example of the whole episode."""
+    starts = [context_start(spans, turn, window) for turn in range(len(spans))]
+    examples = []
+    for start, end, turns in context_views(spans, starts):
+        labelled = {i for turn in turns for i in range(*spans[turn])}
+        labels = [tok if mask[i] and i in labelled else -100 for i, tok in enumerate(completion[start:end], start)]
+        examples.append({"input_ids": prompt_ids + completion[start:end], "labels": [-100] * len(prompt_ids) + labels})
+    return examples
+
+
 def environment_examples(tokenizer, env, tasks: list[dict[str, Any]], tools_in_prompt: bool = True,
                          chat_template_kwargs: dict | None = None) -> list[dict[str, list[int]]]:
     """Tokenized SFT examples ``{"input_ids", "labels"}`` of ``env.demonstration(task)`` for each task, for any
     environment. The prompt is ``task["prompt"]`` with the string ``env.reset(task)`` returns appended (as in a
     rollout), the environment's tool schemas in it when ``tools_in_prompt``; labels are -100 on the prompt, on
-    tool and user messages and on assistant turns with ``"train": False``."""
+    tool and user messages and on assistant turns with ``"train": False``. An environment with a
+    ``context_window`` gives one example per context view of each demonstration (:func:`view_examples`): every turn
+    is learnt in the context the rollout will generate it in."""
     fmt = ChatFormat(tokenizer, chat_template_kwargs if chat_template_kwargs is not None
                      else {"enable_thinking": False})
     examples = []
@@ -151,5 +168,9 @@ def environment_examples(tokenizer, env, tasks: list[dict[str, Any]], tools_in_p
             raise DataError(f"task row {i} has no 'prompt'")
         prompt = prompt_with_observation(task["prompt"], reset_episode(env, task))
         tools = env.tool_schemas() if tools_in_prompt else None
-        examples.append(_labelled(fmt, prompt, env.demonstration(task), tools))
+        window = context_window_of(env)
+        if window is None:
+            examples.append(_labelled(fmt, prompt, env.demonstration(task), tools))
+        else:
+            examples += view_examples(*encode_episode_turns(fmt, prompt, env.demonstration(task), tools), window)
     return examples

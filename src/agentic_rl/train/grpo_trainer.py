@@ -25,7 +25,9 @@ concern, each docstring naming the TRL method it replaces and the TRL version it
 * **loss**: ``compute_loss`` (the SFT anchor), ``_compute_loss`` of :class:`RLOOEpisodeTrainer` (RLOO's sequence
   loss);
 * **scoring**: ``_get_per_token_logps_and_entropies`` in length-sorted chunks
-  (:class:`~agentic_rl.train.logprobs.LengthSortedScoring`, a base of every class here).
+  (:class:`~agentic_rl.train.logprobs.LengthSortedScoring`, a base of every class here) and, for episodes whose
+  environment has a ``context_window``, per context view (:class:`~agentic_rl.train.logprobs.FoldedContextScoring`,
+  a base of the classes that train on episodes).
 
 :data:`OVERRIDDEN_TRL_METHODS` lists those TRL methods with the signatures they were written for; a unit test fails
 when the installed TRL changes one (``pyproject.toml`` pins TRL to the tested range). :data:`VARIANTS` is the one
@@ -91,7 +93,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER
 from agentic_rl.train.credit import CREDIT_ASSIGNMENTS
-from agentic_rl.train.logprobs import LengthSortedScoring
+from agentic_rl.train.logprobs import FoldedContextScoring, LengthSortedScoring
 from agentic_rl.train.monitoring import HealthMonitor, NonFiniteGuard, quiet_progress, trl_generation_log
 from agentic_rl.train.signal import concat_batches, group_has_signal, select_groups
 from agentic_rl.utils import append_jsonl, has_gpu, log, read_json, write_json
@@ -104,7 +106,7 @@ TRL_CHECKED = "1.16"
 # GRPO: refill, SFT anchor, timed generation
 # ---------------------------------------------------------------------------------------------------------------
 
-class SignalGRPOTrainer(LengthSortedScoring, trl.GRPOTrainer):
+class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrainer):
     """``GRPOTrainer`` with zero-variance group refill and an optional SFT anchor loss (:mod:`agentic_rl.train.signal`).
 
     ``refill_max_draws``: extra generation rounds per batch (0 = off). ``sft_demonstrations``: tokenized
@@ -266,7 +268,7 @@ class RLOOTrainer(LengthSortedScoring, trl.RLOOTrainer):
     log-prob passes (``logprob_chunk_rows``)."""
 
 
-class RLOOEpisodeTrainer(LengthSortedScoring, trl.GRPOTrainer):
+class RLOOEpisodeTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrainer):
     """``GRPOTrainer``'s generation and ``rollout_func`` hook (so multi-turn episodes and their tool mask) with
     ``RLOOTrainer``'s advantage and loss. It must be given ``scale_rewards="none"`` (:data:`VARIANTS` does).
 
@@ -306,7 +308,8 @@ class RLOOEpisodeTrainer(LengthSortedScoring, trl.GRPOTrainer):
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         batch_size = (self.args.per_device_train_batch_size if mode == "train"
                       else self.args.per_device_eval_batch_size)
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs), \
+                self.contexts_of(batch):
             logps, _, _ = self._get_per_token_logps_and_entropies(
                 self.model, input_ids, attention_mask, batch["completion_ids"].size(1), batch_size=batch_size)
         return logps

@@ -128,3 +128,129 @@ def labelled_positions_only():
         yield
     finally:
         trl_utils._use_triton = original
+
+
+#: The batch key of the turn contexts of episodes with a context window: a (B, turns, 3) tensor of
+#: ``[context start, turn start, turn end]`` per turn (completion indices), rows padded with -1.
+TURN_CONTEXTS = "turn_contexts"
+
+
+def turn_contexts_tensor(contexts: list[tuple[list[int], list[tuple[int, int]]]]):
+    """``[(context_starts, turn_spans), ...]`` per row -> the (B, turns, 3) tensor of :data:`TURN_CONTEXTS`."""
+    import torch
+
+    width = max((len(starts) for starts, _ in contexts), default=0)
+    out = torch.full((len(contexts), max(width, 1), 3), -1, dtype=torch.long)
+    for row, (starts, spans) in enumerate(contexts):
+        for turn, (start, (begin, end)) in enumerate(zip(starts, spans)):
+            out[row, turn] = torch.tensor([start, begin, end])
+    return out
+
+
+def turn_contexts_rows(tensor) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """The inverse of :func:`turn_contexts_tensor`."""
+    rows = []
+    for row in tensor.tolist():
+        turns = [t for t in row if t[0] >= 0]
+        rows.append(([t[0] for t in turns], [(t[1], t[2]) for t in turns]))
+    return rows
+
+
+class FoldedContextScoring:
+    """Mixin for TRL's ``GRPOTrainer`` (put it first among the bases): the log-probs of episodes whose environment
+    has a ``context_window`` are computed in the contexts their turns were generated in.
+
+    In such an episode turn t was sampled from the prompt and the completion's tokens from ``context_starts[t]`` on
+    (the earlier turns had left the context: :mod:`agentic_rl.agent.rollout`). Scoring the whole sequence at once
+    would let every turn attend to what it never saw, so the ratio, the KL and the gradient would belong to another
+    policy. Instead each row is scored once per context view (:func:`agentic_rl.agent.rollout.context_views`): the
+    prompt followed by ``completion[start:end]``, positions counted from the prompt as at sampling; each turn's
+    log-probs (and entropies) come from its own view and are put back at their places in the completion. Tool and
+    feedback tokens keep a log-prob of 0 (the tool mask excludes them from the loss anyway).
+
+    The rollout hands the views of a generation batch over with :meth:`set_rollout_contexts` (TRL computes the
+    reference and old log-probs before it returns); the batch then carries them under :data:`TURN_CONTEXTS`, through
+    TRL's shuffling and splitting, to the loss. Episodes without a context window are scored as before.
+    """
+
+    _rollout_contexts = None  # views of the generation batch being scored, in its row order
+    _scoring_contexts = None  # views of the batch the loss is computed on
+
+    def set_rollout_contexts(self, contexts) -> None:
+        """``[(context_starts, turn_spans), ...]`` per row of the generation batch, or None (no context window)."""
+        self._rollout_contexts = contexts
+
+    @contextlib.contextmanager
+    def contexts_of(self, batch):
+        """While open, log-prob passes use the turn contexts ``batch`` carries (if any)."""
+        tensor = batch.get(TURN_CONTEXTS) if isinstance(batch, dict) else None
+        previous = self._scoring_contexts
+        self._scoring_contexts = turn_contexts_rows(tensor) if tensor is not None else None
+        try:
+            yield
+        finally:
+            self._scoring_contexts = previous
+
+    def _generate_and_score_completions(self, inputs):
+        """Extends ``GRPOTrainer._generate_and_score_completions`` (checked against TRL 1.16): the batch keeps the
+        rollout's turn contexts for the loss."""
+        self._rollout_contexts = None
+        try:
+            batch = super()._generate_and_score_completions(inputs)
+            if self._rollout_contexts is not None:
+                batch[TURN_CONTEXTS] = turn_contexts_tensor(self._rollout_contexts).to(
+                    batch["completion_ids"].device)
+        finally:
+            self._rollout_contexts = None
+        return batch
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """Extends ``GRPOTrainer.compute_loss`` (checked against TRL 1.16): scored in the batch's turn contexts."""
+        with self.contexts_of(inputs):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **extras: Any):
+        """Replaces ``GRPOTrainer._get_per_token_logps_and_entropies`` (checked against TRL 1.16) for rows with turn
+        contexts (class docstring); the inherited passes otherwise."""
+        import torch
+
+        from agentic_rl.agent.rollout import context_views
+
+        score = super()._get_per_token_logps_and_entropies
+        contexts = self._scoring_contexts if self._scoring_contexts is not None else self._rollout_contexts
+        if contexts is None:
+            return score(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                         compute_aux_loss, **extras)
+        if len(contexts) != input_ids.shape[0]:
+            raise RuntimeError(f"{len(contexts)} episodes' turn contexts for a batch of {input_ids.shape[0]} rows")
+        if any(v is not None for v in extras.values()):
+            raise NotImplementedError("context windows with multimodal inputs")
+        n_prompt = input_ids.shape[1] - logits_to_keep
+        views = [(row, start, end, [spans[t] for t in turns]) for row, (starts, spans) in enumerate(contexts)
+                 for start, end, turns in context_views(spans, starts)]
+        width = max(end - start for _, start, end, _ in views)
+        view_ids = input_ids.new_full((len(views), n_prompt + width), self.processing_class.pad_token_id)
+        view_mask = attention_mask.new_zeros((len(views), n_prompt + width))
+        back_rows, back_cols, view_rows, view_cols = [], [], [], []
+        for v, (row, start, end, spans) in enumerate(views):
+            view_ids[v, :n_prompt + end - start] = torch.cat([input_ids[row, :n_prompt],
+                                                              input_ids[row, n_prompt + start:n_prompt + end]])
+            view_mask[v, :n_prompt + end - start] = torch.cat([attention_mask[row, :n_prompt],
+                                                               attention_mask[row, n_prompt + start:n_prompt + end]])
+            for begin, stop in spans:
+                back_rows += [row] * (stop - begin)
+                back_cols += range(begin, stop)
+                view_rows += [v] * (stop - begin)
+                view_cols += range(begin - start, stop - start)
+        logps, entropies, aux = score(model, view_ids, view_mask, width, batch_size, compute_entropy,
+                                      compute_aux_loss)
+        index = (torch.tensor(back_rows, device=logps.device), torch.tensor(back_cols, device=logps.device))
+        source = (torch.tensor(view_rows, device=logps.device), torch.tensor(view_cols, device=logps.device))
+        out_logps = logps.new_zeros((input_ids.shape[0], logits_to_keep))
+        out_logps[index] = logps[source]
+        out_entropies = None
+        if compute_entropy:
+            out_entropies = entropies.new_zeros((input_ids.shape[0], logits_to_keep))
+            out_entropies[index] = entropies[source]
+        return out_logps, out_entropies, aux

@@ -69,6 +69,8 @@ _LEFT_PADDED = ("prompt_ids", "prompt_mask")
 def _pad_value(key: str, pad_token_id: int) -> float:
     if key in ("prompt_ids", "completion_ids"):
         return pad_token_id
+    if key == "turn_contexts":
+        return -1  # a turn that is not there (agentic_rl.train.logprobs.TURN_CONTEXTS)
     if key == "tool_mask":
         return 1  # TRL pads the tool mask with 1 (padding is masked by completion_mask anyway)
     return 0
