@@ -78,13 +78,15 @@ class Environment:
 
     ``tools`` are shown to the model (their schemas go into the chat template) when ``tools_enabled``.
     ``system_prompt`` is the system message of this environment's task prompts (None: the project's standard
-    :data:`agentic_rl.data.formats.SYSTEM_PROMPT`).
+    :data:`agentic_rl.data.formats.SYSTEM_PROMPT`). ``context_window`` is the number of latest turns (an assistant
+    turn and the observation that answers it) kept in the model's context; older turns leave it (None: all stay).
     """
 
     tools: list[Tool] = []
     tools_enabled: bool = True
     max_turns: int = 1
     system_prompt: str | None = None
+    context_window: int | None = None
 
     def reset(self, task: dict[str, Any]) -> str | None:  # pragma: no cover - interface
         """Start an episode on ``task``; a returned string is appended to the prompt's last user message."""
@@ -228,7 +230,8 @@ ENVIRONMENTS: dict[str, Callable[..., Environment]] = {}
 #: on this one (importing them here would make an import cycle).
 BUILTIN_ENVIRONMENTS = {"calculator": "agentic_rl.agent.calculator_env:CalculatorEnv",
                         "self_correct": "agentic_rl.agent.self_correct_env:SelfCorrectEnv",
-                        "search": "agentic_rl.agent.search_env:SearchEnv"}
+                        "search": "agentic_rl.agent.search_env:SearchEnv",
+                        "memory": "agentic_rl.agent.memory_env:MemoryEnv"}
 #: The adapter of environments in TRL's shape (imported on first use for the same reason).
 TRL_ADAPTER = "agentic_rl.agent.trl_env:TRLEnvironment"
 
