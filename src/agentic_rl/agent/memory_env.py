@@ -50,8 +50,9 @@ The demonstration of a task (:meth:`MemoryEnv.demonstration`) stores every event
 the chain in order and answers. Real demonstrations are imperfect: ``skip_store_fraction`` is the share of events
 (chosen by a stable hash of the log's header and the event's position) the demonstrator does not store, writing
 "next" instead. When a needed event was skipped, it follows the chain as far as its notes go and answers from the
-closest note it has: the first note under the key where the chain breaks, else the first event's fact, the one
-still in view in the prompt. That answer is (almost always) wrong, as a real agent's would be.
+closest note it has: a note under the key where the chain breaks, else the last note it read on the chain, else the
+first event's fact (still in view in the prompt), passing over any that would happen to be right. That answer is
+wrong, as a real agent's would be.
 
 Train and evaluate with ``--environment memory --dataset synthetic:memory --max-turns 10 --max-tool-calls 8``.
 """
@@ -325,15 +326,19 @@ class MemoryEnv(Environment):
             messages.append({"role": "user", "content": following})
         answer = answers[0]
         if self.tools_enabled:
+            read: list[str] = []  # the objects of the notes read on the chain, in order
             for key, index in zip(chain, needed):
                 found = notes.get(normalise(key), [])
                 messages.append({"role": "assistant", "content": render_tool_call("recall", {"key": key})})
                 messages.append(tool_message("recall", "; ".join(found) if found else NO_NOTE.format(key=key)))
                 if index in skipped:  # the chain breaks here: answer from the closest note
-                    closest = [f for f in facts if normalise(f[0]) == normalise(key)
-                               and note_text(*f[1:]) in found]
-                    answer = closest[0][2] if closest else facts[0][2]
+                    closest = [f[2] for f in facts if normalise(f[0]) == normalise(key) and note_text(*f[1:]) in found]
+                    candidates = closest + read[::-1] + [f[2] for f in facts]
+                    truth = str(task.get("ground_truth", ""))
+                    answer = next((c for c in candidates if not self.answer_check(f"Final Answer: {c}", truth)),
+                                  facts[0][2])
                     break
+                read.append(facts[index][2])
         messages.append({"role": "assistant", "content": f"Final Answer: {answer}"})
         turns = sum(m["role"] == "assistant" for m in messages)
         calls = sum(m["role"] == "tool" for m in messages)
