@@ -356,9 +356,10 @@ def load_task_dataset(source: str = "synthetic", split: str = "train", *, questi
     (``kind``, ``min_steps``, ``max_steps``, ``max_operand``, ``max_factor``, ``max_answer``, ``ops``, ``digits``;
     see :func:`agentic_rl.data.synthetic.generate_synthetic`) apply to the synthetic sources only.
 
-    ``text_answers`` (always on for ``synthetic:world`` and ``synthetic:memory``) reads answers that are names or short text, as
-    HotpotQA/NQ-style QA files hold them: the ``answer`` string (or ``ground_truth``), or an ``answers`` list of
-    which any counts (stored in ``ground_truth`` as a JSON list); the verifier compares them as names.
+    ``text_answers`` (always on for ``synthetic:world`` and ``synthetic:memory``) reads answers that are names or
+    short text, as HotpotQA/NQ-style QA files hold them: the ``answer`` string (or ``ground_truth``), or an
+    ``answers`` list of which any counts (stored in ``ground_truth`` as a JSON list); the verifier compares them as
+    names.
     """
     if question_field and prompt_field:
         raise ConfigError("give question_field or prompt_field, not both")
