@@ -278,3 +278,30 @@ def test_a_prompt_and_demonstration_encode_with_the_embedded_tokenizer(memory_ro
     full = tokenizer.decode(example["input_ids"])
     assert row["question"] in full and f"Question: {memory_rows[0]['log_question']}" in full
     assert sum(m["role"] == "assistant" for m in demo) == len(memory_rows[0]["events"]) + memory_rows[0]["hops"] + 1
+
+
+def test_sft_grpo_and_evaluation_play_memory_logs_through_the_stages(tiny_model_dir, tmp_path):
+    from conftest import read_jsonl
+
+    from agentic_rl.cli import main
+
+    common = ["--environment", "memory", "--dataset", "synthetic:memory", "--max-turns", "10", "--max-tool-calls", "8",
+              "--no-tools-in-prompt", "--max-turn-tokens", "12"]
+    assert main(["sft", "--model", str(tiny_model_dir), "--output-dir", str(tmp_path / "sft"), "--max-steps", "2",
+                 "--batch-size", "2", "--max-length", "1024", "--max-train-samples", "8", "--report-to", "none",
+                 "--full", *common]) == 0
+    assert main(["grpo", "--model", str(tmp_path / "sft" / "model"), "--output-dir", str(tmp_path / "grpo"),
+                 "--max-steps", "2", "--num-generations", "2", "--batch-size", "4", "--max-completion-length", "64",
+                 "--max-train-samples", "8", "--heldout-every", "0", "--gradient-accumulation-steps", "1",
+                 "--report-to", "none", "--full", *common]) == 0
+    rollouts = read_jsonl(tmp_path / "grpo" / "rollouts.jsonl")
+    assert len(rollouts) == 2 and "stores" in rollouts[0] and "reached_question" in rollouts[0]
+    observed = [m["content"] for m in rollouts[0]["samples"][0]["messages"] if m["role"] == "user"]
+    assert observed[0].startswith("Event 2 of ")  # the log's events reached the environment from the dataset
+    assert main(["eval", str(tmp_path / "grpo" / "model"), "--output-dir", str(tmp_path / "eval"),
+                 "--eval-samples", "4", "--max-new-tokens", "64", *common]) == 0
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert metrics["num_prompts"] == 4 and {"stores", "wasted_calls", "needed_stored_rate"} <= set(
+        metrics["with_tools"])
+    episodes = read_jsonl(tmp_path / "eval" / "episodes_with_tools.jsonl")
+    assert all(e["question"].startswith("Log ") for e in episodes)
