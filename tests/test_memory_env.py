@@ -112,7 +112,7 @@ def test_step_rewards_of_stores_recalls_repeats_and_answers():
     answer = env.step("Final Answer: Mira Ford")
     assert answer.done and answer.info["correct"] and answer.reward == 1.0 and answer.observation == []
     assert env.episode_metrics() == {"stores": 3.0, "needed_stores": 1.0, "recalls": 3.0, "useful_recalls": 1.0,
-                                     "wasted_calls": 2.0, "tool_errors": 0.0, "needed_stored_rate": 0.5,
+                                     "wasted_calls": 2.0, "needed_stored_rate": 0.5,
                                      "reached_question": 1.0}
 
     env.reset(TASK)  # a new episode starts clean
@@ -133,7 +133,7 @@ def test_malformed_unknown_and_over_the_limit_calls_are_error_observations():
     assert unknown.reward == -0.1 and "unknown tool 'search'" in unknown.observation[0]["content"]
     over = env.step(remember("Ada Lin", "mentor is Bo Rus"))  # a needed store, but the two calls are used
     assert over.reward == -0.1 and "limit of 2 tool calls" in over.observation[0]["content"]
-    assert env.episode_metrics()["tool_errors"] == 3.0 and env.episode_metrics()["needed_stores"] == 0.0
+    assert env.tool_errors == 3 and env.episode_metrics()["needed_stores"] == 0.0
 
 
 def test_the_last_allowed_turn_is_the_answer_and_too_few_turns_for_the_log_is_a_one_line_error():

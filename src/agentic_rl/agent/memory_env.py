@@ -42,8 +42,8 @@ earns ``recall_reward`` (0.05); a recall of a key without notes, or an exact rep
 gets an error observation and ``tool_error_reward``; a correct answer earns ``answer_reward`` (1.0). With
 ``tools_enabled`` false the episode still plays the whole log, and every call is an error observation (evaluation
 without tools). Per episode (:meth:`MemoryEnv.episode_metrics`): ``stores``, ``needed_stores``, ``recalls``,
-``useful_recalls``, ``wasted_calls``, ``tool_errors``, ``needed_stored_rate`` (the share of the chain's facts
-stored) and ``reached_question``.
+``useful_recalls``, ``wasted_calls``, ``needed_stored_rate`` (the share of the chain's facts stored) and
+``reached_question`` (tool errors are counted by the rollout, as for every environment).
 
 The demonstration of a task (:meth:`MemoryEnv.demonstration`) stores every event, one ``remember`` call per turn
 (the first event, from the prompt, in turn 1; the demonstrator cannot know the question), then recalls each key of
@@ -284,11 +284,11 @@ class MemoryEnv(Environment):
 
     def episode_metrics(self) -> dict[str, float]:
         """Calls that ran (``stores``, ``recalls``), how many earned a reward (``needed_stores``,
-        ``useful_recalls``) or were ``wasted_calls``, ``tool_errors``, the share of the chain's facts stored
+        ``useful_recalls``) or were ``wasted_calls``, the share of the chain's facts stored
         (``needed_stored_rate``) and whether the question was asked (``reached_question``)."""
         return {"stores": float(self.stores), "needed_stores": float(self.needed_stores),
                 "recalls": float(self.recalls), "useful_recalls": float(self.useful_recalls),
-                "wasted_calls": float(self.wasted_calls), "tool_errors": float(self.tool_errors),
+                "wasted_calls": float(self.wasted_calls),
                 "needed_stored_rate": len(self._stored_needed) / max(len(self._needed_notes), 1),
                 "reached_question": float(self.asked)}
 
