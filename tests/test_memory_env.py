@@ -257,6 +257,13 @@ def test_the_task_columns_reach_reset_through_the_rl_rows_and_the_registry_build
     assert reset_episode(env, rl[0]) is None and env.events == json.loads(rl[0]["task_data"])["events"]
     with pytest.raises(ConfigError, match="does not accept the argument 'top_k'"):
         environment_factory("memory", {}, {"top_k": 2})
+    # the row's own columns win over task_data's; the world questions carry their lookup chain the same way
+    assert task_with_data({"question": "q", "task_data": '{"question": "x", "chain": ["A"]}'}) == {
+        "question": "q", "chain": ["A"]}
+    world = load_task_dataset("synthetic:world", "test", synthetic_test_size=1).to_list()[0]
+    assert set(json.loads(world["task_data"])) == {"hops", "chain", "supporting"}
+    with pytest.raises(DataError, match="must be a JSON object"):
+        task_with_data({"task_data": "[1]"})
 
 
 def test_a_prompt_and_demonstration_encode_with_the_embedded_tokenizer(memory_rows):
