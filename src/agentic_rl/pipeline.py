@@ -226,7 +226,8 @@ SAMPLED_ENVIRONMENT_KEYS = ("accuracy_without_tools", "tool_call_rate", "tool_ca
 #: What ``summary.json`` holds per stage next to ``accuracy`` (with tools) for a run in an environment.
 ENVIRONMENT_SUMMARY_KEYS = ("accuracy_without_tools", "tool_call_rate", "tool_error_rate", "useful_call_rate",
                             "tool_calls_per_episode", "turns_per_episode", "attempts", "searches",
-                            "useful_search_rate", "wasted_searches")  # and success_at_<k>
+                            "useful_search_rate", "wasted_searches", "needed_stored_rate",
+                            "wasted_calls")  # and success_at_<k>
 
 
 #: What the pipeline sets per run in a stage's settings, on top of what the stage inherits from the top level

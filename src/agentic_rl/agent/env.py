@@ -231,7 +231,8 @@ ENVIRONMENTS: dict[str, Callable[..., Environment]] = {}
 #: on this one (importing them here would make an import cycle).
 BUILTIN_ENVIRONMENTS = {"calculator": "agentic_rl.agent.calculator_env:CalculatorEnv",
                         "self_correct": "agentic_rl.agent.self_correct_env:SelfCorrectEnv",
-                        "search": "agentic_rl.agent.search_env:SearchEnv"}
+                        "search": "agentic_rl.agent.search_env:SearchEnv",
+                        "memory": "agentic_rl.agent.memory_env:MemoryEnv"}
 #: The adapter of environments in TRL's shape (imported on first use for the same reason).
 TRL_ADAPTER = "agentic_rl.agent.trl_env:TRLEnvironment"
 

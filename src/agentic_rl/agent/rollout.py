@@ -43,7 +43,7 @@ from typing import Any
 
 from agentic_rl.agent.env import Environment, trajectory_return
 from agentic_rl.agent.tool_format import OBSERVATION_ROLES, ChatFormat
-from agentic_rl.data.formats import last_message_index
+from agentic_rl.data.formats import last_message_index, task_with_data
 from agentic_rl.errors import AgenticRLError, ConfigError, DataError
 
 
@@ -123,7 +123,9 @@ def _decode_turn(tokenizer, ids: list[int], fmt: ChatFormat) -> str:
 
 def reset_episode(env: Environment, task: dict[str, Any]) -> Any:
     """``env.reset(task)``, with an exception raised by the environment's own code turned into a one-line error that
-    names its class and the task's columns (a user's environment is plugged in by name; its bug is not ours)."""
+    names its class and the task's columns (a user's environment is plugged in by name; its bug is not ours). The
+    task's ``task_data`` columns are spread into it first (:func:`agentic_rl.data.formats.task_with_data`)."""
+    task = task_with_data(task)
     try:
         return env.reset(task)
     except AgenticRLError:

@@ -21,7 +21,8 @@ from agentic_rl.errors import ConfigError
 class EnvironmentSettings:
     environment: str | None = setting(
         None, "multi-turn environment: 'calculator' (tool use), 'self_correct' (retry after feedback), 'search' "
-        "(multi-hop questions answered with a search tool over a corpus), or "
+        "(multi-hop questions answered with a search tool over a corpus), 'memory' (an event log kept in notes, a "
+        "question at its end), or "
         "'module:Class' (yours: our Environment API, or TRL's environment_factory shape with reset(**row) and typed "
         "tool methods); unset: single-turn prompts and completions")
     environment_args: dict[str, Any] = setting({}, "extra keyword arguments of the environment's constructor (a YAML "

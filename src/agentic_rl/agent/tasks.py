@@ -30,7 +30,8 @@ from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.agent.rollout import (context_start, context_views, context_window_of, encode_episode,
                                      encode_episode_turns, prompt_with_observation, reset_episode)
 from agentic_rl.agent.tool_format import ChatFormat, render_tool_call, tool_message
-from agentic_rl.data.formats import CALC_STEP, SYSTEM_PROMPT, accepted_answers, build_prompt, format_solution
+from agentic_rl.data.formats import (CALC_STEP, SYSTEM_PROMPT, accepted_answers, build_prompt, format_solution,
+                                    task_with_data)
 from agentic_rl.errors import DataError
 
 AGENT_SYSTEM_PROMPT = (
@@ -157,15 +158,17 @@ def environment_examples(tokenizer, env, tasks: list[dict[str, Any]], tools_in_p
     """Tokenized SFT examples ``{"input_ids", "labels"}`` of ``env.demonstration(task)`` for each task, for any
     environment. The prompt is ``task["prompt"]`` with the string ``env.reset(task)`` returns appended (as in a
     rollout), the environment's tool schemas in it when ``tools_in_prompt``; labels are -100 on the prompt, on
-    tool and user messages and on assistant turns with ``"train": False``. An environment with a
-    ``context_window`` gives one example per context view of each demonstration (:func:`view_examples`): every turn
-    is learnt in the context the rollout will generate it in."""
+    tool and user messages and on assistant turns with ``"train": False``. A task's ``task_data`` columns are
+    spread into it (:func:`agentic_rl.data.formats.task_with_data`) before ``reset`` and ``demonstration``. An
+    environment with a ``context_window`` gives one example per context view of each demonstration
+    (:func:`view_examples`): every turn is learnt in the context the rollout will generate it in."""
     fmt = ChatFormat(tokenizer, chat_template_kwargs if chat_template_kwargs is not None
                      else {"enable_thinking": False})
     examples = []
     for i, task in enumerate(tasks):
         if "prompt" not in task:
             raise DataError(f"task row {i} has no 'prompt'")
+        task = task_with_data(task)
         prompt = prompt_with_observation(task["prompt"], reset_episode(env, task))
         tools = env.tool_schemas() if tools_in_prompt else None
         window = context_window_of(env)

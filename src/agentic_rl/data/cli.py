@@ -6,7 +6,7 @@ exact chat-template text when ``--model`` names a tokenizer) and the completion 
 of the ground-truth answers and question lengths.
 
 The source is anything ``load_task_dataset`` reads: ``synthetic`` (default), ``synthetic:multiplication``,
-``synthetic:world``, ``gsm8k`` (the hub's ``openai/gsm8k``), a hub id, a local file or a folder of
+``synthetic:world``, ``synthetic:memory``, ``gsm8k`` (the hub's ``openai/gsm8k``), a hub id, a local file or a folder of
 ``train``/``test`` files (e.g. a copy of GSM8K as ``gsm8k/train.jsonl`` and ``gsm8k/test.jsonl`` with its
 ``question`` and ``answer`` columns), with optional column mapping::
 

@@ -4,8 +4,9 @@
 
 * a registered name: ``synthetic`` (the embedded task, deterministic train/test), ``synthetic:multiplication``
   (the tool-use variant), ``synthetic:world`` (questions of 1 to 3 hops about a fictional world, answered by a
-  name: the ``search`` environment's task), ``gsm8k`` (the hub's ``openai/gsm8k``), or one added with
-  :func:`register_dataset`;
+  name: the ``search`` environment's task), ``synthetic:memory`` (event logs about the same world that end with a
+  question of 1 or 2 hops: the ``memory`` environment's task), ``gsm8k`` (the hub's ``openai/gsm8k``), or one added
+  with :func:`register_dataset`;
 * ``module:function`` — your own function ``fn(split, seed) -> list[dict] | datasets.Dataset``;
 * a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file, or a folder holding ``train``/``test`` files;
 * a hub dataset id (``hub_config`` picks its config; ``openai/gsm8k`` uses ``main``).
@@ -18,7 +19,9 @@ tried (question/prompt/problem, answer/completion/solution, ground_truth/final_a
 
 Every row comes out as ``question``, ``answer`` (as given), ``ground_truth`` (normalised number), ``num_steps``,
 ``steps`` and ``solution`` (our answer format) — the same as :func:`agentic_rl.data.load_gsm8k` — so
-:func:`~agentic_rl.data.to_sft_dataset` and :func:`~agentic_rl.data.to_rl_dataset` work on any source.
+:func:`~agentic_rl.data.to_sft_dataset` and :func:`~agentic_rl.data.to_rl_dataset` work on any source. A registered
+dataset with task columns (:data:`TASK_DATA_COLUMNS`: what its environment reads beside the question) also gives
+``task_data``, those columns as a JSON object, which reaches ``env.reset(task)`` spread into the task.
 
 Invalid rows are a one-line :class:`DataError` naming file, row and field: a missing field, an empty question or
 answer, or (with ``numeric_ground_truth``, the default, needed by the numeric accuracy reward) a ground truth that
@@ -34,7 +37,8 @@ from collections.abc import Callable
 from functools import lru_cache, partial
 from typing import Any
 
-from agentic_rl.data.formats import CALC_ANNOTATION, FINAL_ANSWER_PREFIX, format_solution, last_message_index
+from agentic_rl.data.formats import (CALC_ANNOTATION, FINAL_ANSWER_PREFIX, TASK_DATA, format_solution,
+                                    last_message_index)
 from agentic_rl.data.gsm8k import (GSM8K_HUB_ID, Records, _looks_like_path, _one_line, is_number, normalize_number,
                                    parse_gsm8k_answer, read_records, rows_to_dataset, sample_indices)
 from agentic_rl.data.synthetic import SYNTHETIC_TEST_SIZE, synthetic_splits
@@ -107,19 +111,81 @@ def _world_source(split: str, seed: int, *, train_size: int = 2000, test_size: i
     return [{**row, "chain": list(row["chain"]), "supporting": list(row["supporting"])} for row in rows]
 
 
+#: The ``synthetic:memory`` test logs are drawn as this many and cut to ``test_size`` (every test split is a prefix
+#: of the same list); the train split never asks one of their questions, and its logs are numbered after them.
+MEMORY_TEST_POOL = 2000
+#: The shape of a ``synthetic:memory`` log: 4 to 6 events, questions of 1 and 2 hops, the first event a distractor.
+MEMORY_SHAPE = {"n_facts": (4, 6), "hops": (1, 2), "distractor_first": True}
+
+
+@lru_cache(maxsize=8)
+def _memory_split_rows(seed: int, n_train: int) -> tuple[tuple[dict, ...], tuple[dict, ...]]:
+    from agentic_rl.data.world import memory_episodes
+
+    world = task_world(seed)
+    test = memory_episodes(world, MEMORY_TEST_POOL, seed, **MEMORY_SHAPE)
+    try:
+        train = memory_episodes(world, n_train, seed + 1_000_003, exclude={row["question"] for row in test},
+                                **MEMORY_SHAPE)
+    except ConfigError:
+        raise ConfigError(f"synthetic:memory has too few questions for {n_train} training logs; ask for fewer "
+                          "(max_train_samples)") from None
+    return tuple(train), tuple(test)
+
+
+def memory_log_row(row: dict[str, Any], number: int) -> dict[str, Any]:
+    """A task row of an event log (:func:`agentic_rl.data.world.memory_episodes`): ``question`` is the log's
+    header and first event ("Log 17. Event 1 of 5: ..."), the text of the prompt; the question asked at the end is
+    ``log_question``; ``events``, ``facts``, ``needed``, ``chain`` and ``hops`` as the log has them."""
+    header = f"Log {number}. Event 1 of {len(row['events'])}: {row['events'][0]}"
+    return {"question": header, "answer": row["answer"], "log_question": row["question"],
+            "events": list(row["events"]), "facts": [list(f) for f in row["facts"]], "needed": list(row["needed"]),
+            "chain": list(row["chain"]), "hops": row["hops"]}
+
+
+def _memory_source(split: str, seed: int, *, train_size: int = 2000, test_size: int = SYNTHETIC_TEST_SIZE,
+                   **knobs) -> list[dict[str, Any]]:
+    """Event logs about the world of ``seed`` (:func:`task_world`), each ending with a question of 1 or 2 hops
+    (:data:`MEMORY_SHAPE`); rows as :func:`memory_log_row` makes them. Test logs are numbered from 1, train logs
+    after the :data:`MEMORY_TEST_POOL`, so no two rows share a prompt."""
+    if knobs:
+        raise ConfigError(f"synthetic:memory takes no synthetic option ({', '.join(sorted(knobs))})")
+    if split not in ("train", "test"):
+        raise DataError(f"the synthetic:memory dataset has splits 'train' and 'test', not '{split}'")
+    if split == "test" and test_size > MEMORY_TEST_POOL:
+        raise ConfigError(f"synthetic:memory has {MEMORY_TEST_POOL} test logs; synthetic_test_size {test_size} "
+                          "asks for more")
+    train, test = _memory_split_rows(seed, train_size if split == "train" else 0)
+    if split == "test":
+        return [memory_log_row(row, i + 1) for i, row in enumerate(test[:test_size])]
+    return [memory_log_row(row, MEMORY_TEST_POOL + i + 1) for i, row in enumerate(train)]
+
+
 DATASETS: dict[str, Callable[..., Any]] = {
     "synthetic": _synthetic_source,
     "synthetic:multiplication": partial(_synthetic_source, kind="multiplication", max_steps=2),
     "synthetic:world": _world_source,
+    "synthetic:memory": _memory_source,
     "gsm8k": _gsm8k_source,
 }
 #: Registered datasets whose answers are names or short text (scored by the verifier's name comparison).
-TEXT_ANSWER_DATASETS = {"synthetic:world"}
+TEXT_ANSWER_DATASETS = {"synthetic:world", "synthetic:memory"}
+#: The columns of a registered dataset's rows that its environment reads beside the question: they travel in the
+#: task rows' ``task_data`` column (:data:`agentic_rl.data.formats.TASK_DATA`) to ``env.reset(task)``.
+TASK_DATA_COLUMNS: dict[str, tuple[str, ...]] = {
+    "synthetic:world": ("hops", "chain", "supporting"),
+    "synthetic:memory": ("log_question", "events", "facts", "needed", "chain", "hops"),
+}
 
 
-def register_dataset(name: str, fn: Callable[..., Any]) -> None:
-    """Make ``fn(split, seed) -> list[dict] | datasets.Dataset`` available as ``source=name``."""
+def register_dataset(name: str, fn: Callable[..., Any], task_columns: tuple[str, ...] = ()) -> None:
+    """Make ``fn(split, seed) -> list[dict] | datasets.Dataset`` available as ``source=name``; ``task_columns``
+    are the columns of its rows that an environment reads (they reach ``env.reset(task)``)."""
     DATASETS[name] = fn
+    if task_columns:
+        TASK_DATA_COLUMNS[name] = tuple(task_columns)
+    else:
+        TASK_DATA_COLUMNS.pop(name, None)
 
 
 def _records_from(value: Any, origin: str, split: str) -> Records:
@@ -290,9 +356,10 @@ def load_task_dataset(source: str = "synthetic", split: str = "train", *, questi
     (``kind``, ``min_steps``, ``max_steps``, ``max_operand``, ``max_factor``, ``max_answer``, ``ops``, ``digits``;
     see :func:`agentic_rl.data.synthetic.generate_synthetic`) apply to the synthetic sources only.
 
-    ``text_answers`` (always on for ``synthetic:world``) reads answers that are names or short text, as
-    HotpotQA/NQ-style QA files hold them: the ``answer`` string (or ``ground_truth``), or an ``answers`` list of
-    which any counts (stored in ``ground_truth`` as a JSON list); the verifier compares them as names.
+    ``text_answers`` (always on for ``synthetic:world`` and ``synthetic:memory``) reads answers that are names or
+    short text, as HotpotQA/NQ-style QA files hold them: the ``answer`` string (or ``ground_truth``), or an
+    ``answers`` list of which any counts (stored in ``ground_truth`` as a JSON list); the verifier compares them as
+    names.
     """
     if question_field and prompt_field:
         raise ConfigError("give question_field or prompt_field, not both")
@@ -306,9 +373,15 @@ def load_task_dataset(source: str = "synthetic", split: str = "train", *, questi
     records = _resolve_source(source, split, source_seed, hub_config, options)
     if not records.rows:
         raise DataError(f"{records.origin}: no rows in split '{split}'")
-    rows = [task_row(records.rows[i], records.where(i), question_field=question_field or prompt_field,
-                     answer_field=answer_field or completion_field, ground_truth_field=ground_truth_field,
-                     numeric_ground_truth=numeric_ground_truth, keep_annotations=keep_annotations,
-                     text_answers=text_answers or source in TEXT_ANSWER_DATASETS)
-            for i in sample_indices(len(records.rows), max_samples, seed)]
+    task_columns = TASK_DATA_COLUMNS.get(source, ()) if source in DATASETS else ()
+    rows = []
+    for i in sample_indices(len(records.rows), max_samples, seed):
+        raw = records.rows[i]
+        row = task_row(raw, records.where(i), question_field=question_field or prompt_field,
+                       answer_field=answer_field or completion_field, ground_truth_field=ground_truth_field,
+                       numeric_ground_truth=numeric_ground_truth, keep_annotations=keep_annotations,
+                       text_answers=text_answers or source in TEXT_ANSWER_DATASETS)
+        if task_columns:
+            row[TASK_DATA] = json.dumps({k: raw[k] for k in task_columns if k in raw}, ensure_ascii=False)
+        rows.append(row)
     return rows_to_dataset(rows)

@@ -15,6 +15,11 @@ Row formats (exactly these fields):
 
 * SFT: ``prompt`` (system + user messages), ``completion`` (one assistant message), optional ``text``.
 * RL:  ``question``, ``prompt`` (system + user messages), ``ground_truth`` (number as a string), ``full_answer``.
+
+A task row of a dataset that gives an environment more to read than the question (the lookup chain of a world
+question, the event log of a memory task) also carries ``task_data``: those columns as one JSON object, kept through
+the RL rows and spread back into the task that ``env.reset`` and ``env.demonstration`` receive
+(:func:`task_with_data`).
 """
 
 from __future__ import annotations
@@ -101,6 +106,32 @@ def rl_row(question: str, ground_truth: str, full_answer: str, *,
            system_prompt: str | None = SYSTEM_PROMPT) -> dict[str, Any]:
     return {"question": question, "prompt": build_prompt(question, system_prompt),
             "ground_truth": ground_truth, "full_answer": full_answer}
+
+
+#: The column holding a task's environment columns (a JSON object as text; see the module docstring).
+TASK_DATA = "task_data"
+
+
+def task_with_data(task: dict[str, Any]) -> dict[str, Any]:
+    """``task`` with the columns of its ``task_data`` spread into it (a column the row has already keeps its value),
+    as environments read them; a task without ``task_data`` unchanged.
+
+    >>> task_with_data({"question": "q", "task_data": '{"chain": ["A"], "question": "x"}'})
+    {'question': 'q', 'chain': ['A']}
+    """
+    if TASK_DATA not in task:
+        return task
+    from agentic_rl.errors import DataError
+
+    raw = task[TASK_DATA]
+    try:
+        extra = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as exc:
+        raise DataError(f"a task's {TASK_DATA} is not a JSON object ({exc})") from None
+    if not isinstance(extra, dict):
+        raise DataError(f"a task's {TASK_DATA} must be a JSON object, got {type(extra).__name__}")
+    out = {k: v for k, v in task.items() if k != TASK_DATA}
+    return {**out, **{k: v for k, v in extra.items() if k not in out}}
 
 
 def chat_template_kwargs(enable_thinking: bool = False) -> dict[str, Any]:

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.data.formats import (CALC_ANNOTATION, SYSTEM_PROMPT, accepted_answers, format_solution, rl_row,
-                                    sft_row)
+from agentic_rl.data.formats import (CALC_ANNOTATION, SYSTEM_PROMPT, TASK_DATA, accepted_answers, format_solution,
+                                    rl_row, sft_row)
 from agentic_rl.errors import DataError
 from agentic_rl.utils import iter_jsonl, parse_json
 
@@ -278,13 +278,16 @@ def gsm8k_row(question: str, answer: str, *, keep_annotations: bool = False) -> 
 
 
 def rows_to_dataset(rows: list[dict[str, Any]]):
-    """A ``datasets.Dataset`` with a fixed schema (works for zero rows too)."""
+    """A ``datasets.Dataset`` with a fixed schema (works for zero rows too); rows with ``task_data`` (environment
+    columns as JSON, :data:`~agentic_rl.data.formats.TASK_DATA`) keep it as one more string column."""
     import datasets
 
     features = datasets.Features({
         "question": datasets.Value("string"), "answer": datasets.Value("string"),
         "ground_truth": datasets.Value("string"), "num_steps": datasets.Value("int64"),
         "steps": datasets.List(datasets.Value("string")), "solution": datasets.Value("string")})
+    if rows and all(TASK_DATA in r for r in rows):
+        features[TASK_DATA] = datasets.Value("string")
     columns = {k: [r[k] for r in rows] for k in features}
     return datasets.Dataset.from_dict(columns, features=features)
 
@@ -361,16 +364,18 @@ def to_sft_dataset(ds, system_prompt: str | None = SYSTEM_PROMPT, *, with_text: 
 
 
 def to_rl_dataset(ds, system_prompt: str | None = SYSTEM_PROMPT, *, full_answer_field: str = "answer"):
-    """Rows for GRPO and evaluation: exactly ``question``, ``prompt``, ``ground_truth``, ``full_answer``.
+    """Rows for GRPO and evaluation: exactly ``question``, ``prompt``, ``ground_truth``, ``full_answer`` (and
+    ``task_data`` when the task rows have it: the environment's columns).
 
     ``full_answer`` is the reference answer as given (``full_answer_field="solution"`` puts our formatted
-    solution there instead); the reward functions receive all four columns as keyword arguments.
+    solution there instead); the reward functions receive all the columns as keyword arguments.
     """
     import datasets
 
     rows = list(_iter_rows(ds))
     out = [rl_row(r["question"], r["ground_truth"], r.get(full_answer_field) or r.get("solution", ""),
-                  system_prompt=system_prompt) for r in rows]
+                  system_prompt=system_prompt) | ({TASK_DATA: r[TASK_DATA]} if TASK_DATA in r else {})
+           for r in rows]
     if not out:
         return datasets.Dataset.from_dict({"question": [], "prompt": [], "ground_truth": [], "full_answer": []})
     return datasets.Dataset.from_list(out)

@@ -228,13 +228,16 @@ def world_splits(n_train: int, n_test: int, seed: int = 0, *, hops: Iterable[int
 
 
 def memory_episodes(world: World, n: int, seed: int = 0, n_facts: tuple[int, int] = (3, 6),
-                    hops: Iterable[int] = (1, 2), *, exclude: Iterable[str] = ()) -> list[dict]:
-    """``n`` event logs: ``{"events", "question", "answer", "hops", "needed"}``.
+                    hops: Iterable[int] = (1, 2), *, exclude: Iterable[str] = (),
+                    distractor_first: bool = False) -> list[dict]:
+    """``n`` event logs: ``{"events", "question", "answer", "hops", "needed", "facts", "chain"}``.
 
     ``events`` are fact sentences, one per turn, between ``n_facts[0]`` and ``n_facts[1]`` of them (at least the
     needed ones): the facts the question's chain needs, with distractor facts of the same world mixed in (other
     people's, or the same person's other relations; a world has one fact per subject and relation, so a distractor
-    never contradicts the answer). ``needed`` are the indices of the events the answer needs, in order.
+    never contradicts the answer). ``needed`` are the indices of the events the answer needs, in order; ``facts``
+    the ``[subject, relation, object]`` of each event; ``chain`` the subjects of the needed facts, in order.
+    ``distractor_first`` makes the first event a distractor (a log needs one more event than its needed facts).
     """
     _check_count("episode count", n, 0)
     if (not isinstance(n_facts, (tuple, list)) or len(n_facts) != 2
@@ -258,16 +261,18 @@ def memory_episodes(world: World, n: int, seed: int = 0, n_facts: tuple[int, int
         chain = row["chain"]
         needed_facts = [(chain[i], path[i], chain[i + 1]) for i in range(len(chain) - 1)]
         needed_facts.append((chain[-1], path[-1], row["answer"]))
-        total = max(rng.randint(*n_facts), len(needed_facts))
+        first = int(distractor_first)  # the first slot a needed fact may take
+        total = max(rng.randint(*n_facts), len(needed_facts) + first)
         needed_set = set(needed_facts)
         distractors = rng.sample([f for f in world.facts if f not in needed_set],
                                  min(total - len(needed_facts), len(world.facts) - len(needed_facts)))
-        slots = sorted(rng.sample(range(len(distractors) + len(needed_facts)), len(needed_facts)))
+        slots = sorted(rng.sample(range(first, len(distractors) + len(needed_facts)), len(needed_facts)))
         events: list[tuple[str, str, str]] = list(distractors)
         for slot, fact in zip(slots, needed_facts):
             events.insert(slot, fact)
         rows.append({"events": [fact_sentence(*fact) for fact in events], "question": row["question"],
-                     "answer": row["answer"], "hops": row["hops"], "needed": slots})
+                     "answer": row["answer"], "hops": row["hops"], "needed": slots,
+                     "facts": [list(fact) for fact in events], "chain": list(chain)})
     return rows
 
 
