@@ -276,15 +276,24 @@ def test_a_prompt_and_demonstration_encode_with_the_embedded_tokenizer(memory_ro
     env = MemoryEnv()
     row = load_task_dataset("synthetic:memory", "test", synthetic_test_size=1).to_list()[0]  # task_data as loaded
     task = {**row, "prompt": build_prompt(row["question"], env.system_prompt)}
-    [example] = environment_examples(tokenizer, env, [task], tools_in_prompt=False)
-    trained = tokenizer.decode([t for t, label in zip(example["input_ids"], example["labels"]) if label != -100])
+    [whole] = environment_examples(tokenizer, MemoryEnv(context_window=None), [task], tools_in_prompt=False)
+    trained = tokenizer.decode([t for t, label in zip(whole["input_ids"], whole["labels"]) if label != -100])
     demo = env.demonstration(memory_rows[0])
     assert '"name": "remember"' in trained and '"name": "recall"' in trained
     assert f"Final Answer: {row['ground_truth']}" in trained
     assert "Question:" not in trained and "stored" not in trained  # observations are not trained on
-    full = tokenizer.decode(example["input_ids"])
+    full = tokenizer.decode(whole["input_ids"])
     assert row["question"] in full and f"Question: {memory_rows[0]['log_question']}" in full
-    assert sum(m["role"] == "assistant" for m in demo) == len(memory_rows[0]["events"]) + memory_rows[0]["hops"] + 1
+    turns = sum(m["role"] == "assistant" for m in demo)
+    assert turns == len(memory_rows[0]["events"]) + memory_rows[0]["hops"] + 1
+    # with the context window of two turns: one example per context, each turn learnt once, in order
+    views = environment_examples(tokenizer, env, [task], tools_in_prompt=False)
+    assert len(views) == turns - env.context_window
+    labelled = [t for view in views for t, label in zip(view["input_ids"], view["labels"]) if label != -100]
+    assert labelled == [t for t, label in zip(whole["input_ids"], whole["labels"]) if label != -100]
+    assert all(len(view["input_ids"]) < len(whole["input_ids"]) for view in views[1:])
+    assert f"Question: {memory_rows[0]['log_question']}" in tokenizer.decode(views[-1]["input_ids"])
+    assert all(row["question"] in tokenizer.decode(view["input_ids"]) for view in views)  # the prompt stays
 
 
 def test_sft_grpo_and_evaluation_play_memory_logs_through_the_stages(tiny_model_dir, tmp_path):
