@@ -189,10 +189,13 @@ def _embedded_base_shipped() -> bool:
     pytest.param("search", "search", marks=pytest.mark.skipif(
         not _embedded_base_shipped(), reason="the search smoke preset starts from the shipped embedded base, whose "
         "weights (models/embedded_base/model.safetensors) are not in this checkout")),
+    pytest.param("memory", "memory", marks=pytest.mark.skipif(
+        not _embedded_base_shipped(), reason="the memory smoke preset starts from the shipped embedded base, whose "
+        "weights (models/embedded_base/model.safetensors) are not in this checkout")),
 ])
 def test_agentic_quickstart_smoke_runs_every_stage_and_reports_tool_statistics(tmp_path, monkeypatch, preset,
                                                                                environment):
-    """`quickstart --preset agentic --smoke` (and `--preset search --smoke`): the pipeline's layout, with every stage
+    """`quickstart --preset agentic --smoke` (and `search`, `memory`): the pipeline's layout, with every stage
     evaluated in the environment with and without tools; the summary's numbers are the episodes' own."""
     monkeypatch.chdir(tmp_path)  # the quickstart writes runs/<name>/ under the working directory
     summary = run_quickstart(QuickstartConfig(preset=preset, smoke=True, name=preset))
@@ -306,7 +309,7 @@ def test_sampled_evaluation_needs_the_stage_evaluations():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("preset", ["default", "agentic", "search"])
+@pytest.mark.parametrize("preset", ["default", "agentic", "search", "memory"])
 def test_a_smoke_run_without_a_name_never_shares_the_full_runs_directory(preset, monkeypatch):
     """Without --name each preset names its run, so `--smoke` then the full ladder use two directories."""
     import agentic_rl.pipeline as pipeline

@@ -113,7 +113,8 @@ class PipelineConfig(EnvironmentSettings):
 
 
 #: The embedded presets (``src/agentic_rl/configs/<file>.yaml``; ``--smoke`` takes ``<file>-smoke.yaml``).
-QUICKSTART_PRESETS = {"default": "quickstart", "agentic": "quickstart-agentic", "search": "quickstart-search"}
+QUICKSTART_PRESETS = {"default": "quickstart", "agentic": "quickstart-agentic", "search": "quickstart-search",
+                      "memory": "quickstart-memory"}
 
 
 @dataclass
@@ -123,7 +124,9 @@ class QuickstartConfig:
     preset: str = setting("default", "the embedded ladder: 'default' (single-turn GSM8K-style problems) or 'agentic' "
                                      "(multi-turn calculator tool use: SFT on tool-use episodes, then GRPO in the "
                                      "environment) or 'search' (multi-hop questions about a fictional world answered "
-                                     "with a search tool)", choices=list(QUICKSTART_PRESETS))
+                                     "with a search tool) or 'memory' (a log of events, only the latest turns in "
+                                     "view, notes stored and recalled to answer a question at the end)",
+                                     choices=list(QUICKSTART_PRESETS))
     seed: int = setting(0, "random seed (data, initialisation, training)")
     fresh: bool = setting(False, "delete the run directory and start over")
     eval_samples: int | None = setting(None, "held-out problems each stage is evaluated on (default: the preset's, "
