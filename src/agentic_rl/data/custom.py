@@ -95,17 +95,22 @@ def task_world(seed: int = 0):
     return _world_split_rows(seed, 0)[0]
 
 
+def _check_world_request(name: str, split: str, test_size: int, pool: int, unit: str, knobs: dict) -> None:
+    """The checks of a request to a world dataset: no synthetic options, a known split, a test size within the
+    pool of ``pool`` ``unit``."""
+    if knobs:
+        raise ConfigError(f"{name} takes no synthetic option ({', '.join(sorted(knobs))})")
+    if split not in ("train", "test"):
+        raise DataError(f"the {name} dataset has splits 'train' and 'test', not '{split}'")
+    if split == "test" and test_size > pool:
+        raise ConfigError(f"{name} has {pool} {unit}; synthetic_test_size {test_size} asks for more")
+
+
 def _world_source(split: str, seed: int, *, train_size: int = 2000, test_size: int = SYNTHETIC_TEST_SIZE,
                   **knobs) -> list[dict[str, Any]]:
     """Questions of 1 to 3 hops about the world of ``seed``: ``question``, ``answer`` (a name), ``hops``, ``chain``
     (the titles to look up, in order), ``supporting`` (their passage ids)."""
-    if knobs:
-        raise ConfigError(f"synthetic:world takes no synthetic option ({', '.join(sorted(knobs))})")
-    if split not in ("train", "test"):
-        raise DataError(f"the synthetic:world dataset has splits 'train' and 'test', not '{split}'")
-    if split == "test" and test_size > WORLD_TEST_POOL:
-        raise ConfigError(f"synthetic:world has {WORLD_TEST_POOL} test questions; synthetic_test_size {test_size} "
-                          "asks for more")
+    _check_world_request("synthetic:world", split, test_size, WORLD_TEST_POOL, "test questions", knobs)
     _, train, test = _world_split_rows(seed, train_size if split == "train" else 0)
     rows = train if split == "train" else test[:test_size]
     return [{**row, "chain": list(row["chain"]), "supporting": list(row["supporting"])} for row in rows]
@@ -148,13 +153,7 @@ def _memory_source(split: str, seed: int, *, train_size: int = 2000, test_size: 
     """Event logs about the world of ``seed`` (:func:`task_world`), each ending with a question of 1 or 2 hops
     (:data:`MEMORY_SHAPE`); rows as :func:`memory_log_row` makes them. Test logs are numbered from 1, train logs
     after the :data:`MEMORY_TEST_POOL`, so no two rows share a prompt."""
-    if knobs:
-        raise ConfigError(f"synthetic:memory takes no synthetic option ({', '.join(sorted(knobs))})")
-    if split not in ("train", "test"):
-        raise DataError(f"the synthetic:memory dataset has splits 'train' and 'test', not '{split}'")
-    if split == "test" and test_size > MEMORY_TEST_POOL:
-        raise ConfigError(f"synthetic:memory has {MEMORY_TEST_POOL} test logs; synthetic_test_size {test_size} "
-                          "asks for more")
+    _check_world_request("synthetic:memory", split, test_size, MEMORY_TEST_POOL, "test logs", knobs)
     train, test = _memory_split_rows(seed, train_size if split == "train" else 0)
     if split == "test":
         return [memory_log_row(row, i + 1) for i, row in enumerate(test[:test_size])]
