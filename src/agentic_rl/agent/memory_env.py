@@ -65,6 +65,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentic_rl.agent.env import Environment, StepResult, default_answer_check
+from agentic_rl.agent.rollout import context_window_of
 from agentic_rl.agent.self_correct_env import stable_fraction
 from agentic_rl.agent.tool_format import clip, parse_tool_calls, render_tool_call, tool_message
 from agentic_rl.agent.tools import Tool, ToolError
@@ -117,10 +118,6 @@ class MemoryEnv(Environment):
             raise ConfigError(f"wasted_call_reward must be <= 0, got {wasted_call_reward}")
         if tool_error_reward > 0:  # a positive value would reward broken calls
             raise ConfigError(f"tool_error_reward must be <= 0, got {tool_error_reward}")
-        if context_window is not None and (isinstance(context_window, bool) or not isinstance(context_window, int)
-                                           or context_window < 1):
-            raise ConfigError(f"context_window must be an integer >= 1 (turns kept in context) or None (all), got "
-                              f"{context_window!r}")
         if isinstance(skip_store_fraction, bool) or not isinstance(skip_store_fraction, (int, float)) \
                 or not 0.0 <= skip_store_fraction <= 1.0:
             raise ConfigError(f"skip_store_fraction must be a number in [0, 1], got {skip_store_fraction!r}")
@@ -130,6 +127,7 @@ class MemoryEnv(Environment):
         self.answer_reward = answer_reward
         self.tools_enabled = tools_enabled
         self.context_window = context_window
+        context_window_of(self)  # the rollout's own check of the window
         self.skip_store_fraction = skip_store_fraction
         self.answer_check = answer_check or default_answer_check
         self.tools = [Tool(self.remember), Tool(self.recall)]
