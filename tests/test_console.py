@@ -46,6 +46,15 @@ def test_the_summary_line_holds_the_key_settings_on_one_line(tmp_path):
     assert "lora_dropout" not in line and "report_to" not in line
 
 
+def test_in_an_environment_the_summary_line_names_the_episode_return_as_the_reward(tmp_path):
+    """GRPO in an environment is rewarded with the episode return, not the reward functions of ``rewards``."""
+    plain = summary_line("grpo", grpo_config("models/base", tmp_path / "grpo"))
+    assert "rewards [accuracy:1.0, format:0.2]" in plain
+    line = summary_line("grpo", grpo_config("models/base", tmp_path / "grpo", environment="calculator",
+                                                   max_completion_length=64))
+    assert "environment calculator, rewards [the episode return]," in line and "accuracy:1.0" not in line
+
+
 @pytest.mark.parametrize("steps, seconds", [(98, 65.2), (3, 0.01), (1000, 4.5)])
 def test_the_cost_line_multiplies_steps_by_seconds_per_step(steps, seconds):
     line = cost_line(steps, seconds)

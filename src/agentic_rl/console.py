@@ -77,6 +77,8 @@ def summary_line(stage: str, config: Any, out: str | Path | None = None, keys: t
             continue  # the step count decides
         if key in _UNREMARKABLE and value == _UNREMARKABLE[key]:
             continue
+        if key == "rewards" and values.get("environment"):
+            value = ["the episode return"]  # an environment's step rewards replace the reward functions
         if isinstance(value, float):
             value = f"{value:g}"
         elif isinstance(value, (list, tuple)):
