@@ -104,6 +104,24 @@ def test_malformed_or_forbidden_call_yields_an_error_observation(turn, expected)
     assert result.info["errors"] == 1 and env.tool_errors == 1
 
 
+def test_a_refused_call_is_explained_by_the_first_failed_check_in_a_fixed_order():
+    """Malformed, then tools off, then the call limit, then an unknown tool: every environment with tools refuses a
+    call through this one ladder, so a call failing several checks always reads the same."""
+    from agentic_rl.agent.env import call_refusal
+    from agentic_rl.agent.tool_format import ToolCall
+
+    tools = CalculatorEnv().tools
+    broken, stranger, good = ToolCall(error="not valid JSON"), ToolCall(name="search"), ToolCall(name="calculator")
+    at_limit = {"calls_made": 3, "max_calls": 3}
+    assert call_refusal(broken, [], **at_limit) == "not valid JSON"
+    assert call_refusal(stranger, [], **at_limit) == "no tools are available in this episode; answer directly"
+    assert call_refusal(stranger, [], **at_limit, tools_off="write 'next'") == (
+        "no tools are available in this episode; write 'next'")
+    assert call_refusal(stranger, tools, **at_limit) == "the limit of 3 tool calls is reached; write the final answer"
+    assert call_refusal(stranger, tools, calls_made=2, max_calls=3) == "unknown tool 'search'; available: calculator"
+    assert call_refusal(good, tools, calls_made=2, max_calls=3) is None
+
+
 def test_calculator_environment_rewards_and_limits():
     env = CalculatorEnv(max_turns=6, max_tool_calls=4, tool_call_reward=0.1, answer_reward=1.0)
     env.reset({"question": QUESTION, "ground_truth": "1081"})

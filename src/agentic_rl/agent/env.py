@@ -125,6 +125,24 @@ def default_answer_check(text: str, ground_truth: str) -> bool:
     return bool(is_correct(text, ground_truth))
 
 
+def call_refusal(call, tools: list[Any], *, calls_made: int, max_calls: int,
+                 tools_off: str = "answer directly") -> str | None:
+    """Why a parsed tool call is not run, as the observation's text after ``"error: "``, or None to run it.
+
+    Checked in this order: a malformed call (its parse error), no tools in this episode (``tools`` empty; the
+    message ends with ``tools_off``, what to do instead), ``max_calls`` reached by ``calls_made``, a tool name that
+    is not in ``tools``. Shared by the environments with tools, so the model reads one wording everywhere."""
+    if call.error:
+        return clip(call.error)
+    if not tools:
+        return f"no tools are available in this episode; {tools_off}"
+    if calls_made >= max_calls:
+        return f"the limit of {max_calls} tool calls is reached; write the final answer"
+    if not any(t.name == call.name for t in tools):
+        return f"unknown tool '{clip(call.name, 60)}'; available: {', '.join(t.name for t in tools)}"
+    return None
+
+
 class ToolEnvironment(Environment):
     """Tools + a final answer checked against ``task["ground_truth"]`` (see the module docstring)."""
 
@@ -196,17 +214,11 @@ class ToolEnvironment(Environment):
 
     def _run_call(self, call) -> tuple[str, bool, bool]:
         """(observation text, ran without error, useful = first time this exact call is made)."""
-        if call.error:
-            return f"error: {clip(call.error)}", False, False
-        if not self.tools_enabled or not self.tools:
-            return "error: no tools are available in this episode; answer directly", False, False
-        if self.tool_calls + self.tool_errors >= self.max_tool_calls:
-            return (f"error: the limit of {self.max_tool_calls} tool calls is reached; write the final answer",
-                    False, False)
-        tool = next((t for t in self.tools if t.name == call.name), None)
-        if tool is None:
-            names = ", ".join(t.name for t in self.tools)
-            return f"error: unknown tool '{clip(call.name, 60)}'; available: {names}", False, False
+        refusal = call_refusal(call, self.tools if self.tools_enabled else [],
+                               calls_made=self.tool_calls + self.tool_errors, max_calls=self.max_tool_calls)
+        if refusal is not None:
+            return f"error: {refusal}", False, False
+        tool = next(t for t in self.tools if t.name == call.name)
         try:
             result = tool(call.arguments, timeout_s=self.tool_timeout_s,
                           max_result_chars=self.max_tool_result_chars)

@@ -64,7 +64,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from agentic_rl.agent.env import Environment, StepResult, default_answer_check
+from agentic_rl.agent.env import Environment, StepResult, call_refusal, default_answer_check
 from agentic_rl.agent.rollout import context_window_of
 from agentic_rl.agent.self_correct_env import stable_fraction
 from agentic_rl.agent.tool_format import clip, parse_tool_calls, render_tool_call, tool_message
@@ -232,17 +232,11 @@ class MemoryEnv(Environment):
 
     def _run_call(self, call) -> tuple[str, float, str]:
         """(observation text, reward, kind: ``error``, ``useful``, ``wasted`` or ``ok``)."""
-        error = None
-        if call.error:
-            error = clip(call.error)
-        elif not self.tools_enabled:
-            error = "no tools are available in this episode; write 'next' or the answer"
-        elif self.stores + self.recalls + self.tool_errors >= self.max_tool_calls:
-            error = f"the limit of {self.max_tool_calls} tool calls is reached; write the final answer"
-        tool = next((t for t in self.tools if t.name == call.name), None)
-        if error is None and tool is None:
-            error = f"unknown tool '{clip(call.name, 60)}'; available: remember, recall"
+        error = call_refusal(call, self.tools if self.tools_enabled else [],
+                             calls_made=self.stores + self.recalls + self.tool_errors,
+                             max_calls=self.max_tool_calls, tools_off="write 'next' or the answer")
         if error is None:
+            tool = next(t for t in self.tools if t.name == call.name)
             try:
                 arguments = tool.check_arguments(call.arguments)
                 before = set(self._stored_needed)
