@@ -50,6 +50,14 @@ def test_concatenated_batches_keep_left_padded_prompts_and_right_padded_completi
     assert out["advantages"].tolist() == [1.0, -1.0, 0.5, -0.5]
 
 
+def test_concatenated_batches_join_per_row_lists_and_keep_other_values_of_the_first_part():
+    a = {**_batch([2, 2], [1, 2], [1.0, -1.0]), "tags": ["a0", "a1"], "note": "first", "group": [7]}
+    b = {**_batch([4, 3], [5, 3], [0.5, -0.5], pad=0), "tags": ["b0", "b1"], "note": "second", "group": [8]}
+    out = concat_batches([a, b], pad_token_id=0)
+    assert out["tags"] == ["a0", "a1", "b0", "b1"]  # one entry per row: joined in row order
+    assert out["note"] == "first" and out["group"] == [7]  # not per row: the first part's
+
+
 def test_difficulty_band_and_histogram():
     rows = [{"q": i} for i in range(5)]
     kept = select_by_pass_rate(rows, [0.0, 0.25, 0.5, 1.0, 0.75], 0.1, 0.9)

@@ -95,7 +95,9 @@ def select_rows(batch: dict[str, Any], rows) -> dict[str, Any]:
 def concat_batches(parts: list[dict[str, Any]], pad_token_id: int) -> dict[str, Any]:
     """Concatenate generation batches along the batch dimension, re-padding (B, T) tensors to the widest part.
 
-    ``num_items_in_batch`` (the loss normaliser: completion tokens that carry loss) is recomputed for the result.
+    A list with one entry per row in every part is concatenated too; any other value (a scalar, a setting) is
+    the first part's. ``num_items_in_batch`` (the loss normaliser: completion tokens that carry loss) is recomputed
+    for the result.
     """
     import torch
 
@@ -103,6 +105,10 @@ def concat_batches(parts: list[dict[str, Any]], pad_token_id: int) -> dict[str, 
     sizes = [p["advantages"].shape[0] for p in parts]
     for key, first in parts[0].items():
         if key == "num_items_in_batch":
+            continue
+        if isinstance(first, list) and all(isinstance(p.get(key), list) and len(p[key]) == n
+                                           for p, n in zip(parts, sizes)):
+            out[key] = [row for p in parts for row in p[key]]
             continue
         if not (hasattr(first, "shape") and first.dim() >= 1 and first.shape[0] == sizes[0]):
             out[key] = first
