@@ -180,3 +180,37 @@ def test_fields_of_nested_dataclasses_are_not_missed():
             inner, _ = _unwrap_optional(f.type)
             if dataclasses.is_dataclass(inner):
                 assert not any(_unwrap_optional(g.type)[0] is float for g in _fields(inner).values())
+
+
+def test_a_mapping_is_checked_with_whole_numbers_and_unset_values_refused_where_asked():
+    from agentic_rl.config import check_range
+
+    given = {"turns": 3, "share": None, "steps": 2.5, "flag": True}
+    check_range(given, "turns", 1, integer=True, required=True)
+    check_range(given, "share", 0, 1)  # unset: the default, not checked
+    cases = [(("share", 0, 1), {"required": True}, r"^share must be in \[0, 1\], got None$"),
+             (("steps", 1), {"integer": True}, r"^steps must be an integer >= 1, got 2.5$"),
+             (("flag",), {"integer": True}, r"^flag must be an integer, got True$"),
+             (("turns", 5), {"integer": True}, r"^turns must be an integer >= 5, got 3$")]
+    for args, keywords, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            check_range(given, *args, **keywords)
+
+
+@pytest.mark.parametrize("environment, arguments, message", [
+    ("memory", {"max_turns": 2.5}, r"^max_turns must be an integer >= 1, got 2.5$"),
+    ("memory", {"store_reward": None}, r"^store_reward must be a finite number, got None$"),
+    ("memory", {"wasted_call_reward": 0.5}, r"^wasted_call_reward must be <= 0, got 0.5$"),
+    ("memory", {"skip_store_fraction": float("nan")}, r"^skip_store_fraction must be in \[0, 1\], got nan$"),
+    ("search", {"top_k": True}, r"^top_k must be an integer >= 1, got True$"),
+    ("search", {"world_seed": "0"}, r"^world_seed must be an integer, got '0'$"),
+    ("search", {"wrong_search_fraction": 1.5}, r"^wrong_search_fraction must be in \[0, 1\], got 1.5$"),
+    ("self_correct", {"max_turns": 0}, r"^max_turns must be an integer >= 1, got 0$"),
+    ("self_correct", {"wrong_attempt_reward": float("inf")},
+     r"^wrong_attempt_reward must be a finite number, got inf$"),
+])
+def test_an_environment_argument_out_of_range_is_a_one_line_error_naming_it(environment, arguments, message):
+    from agentic_rl.agent.env import make_environment
+
+    with pytest.raises(ConfigError, match=message):
+        make_environment(environment, **arguments)

@@ -40,6 +40,7 @@ import json
 import math
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -221,14 +222,16 @@ def changed_from_default(config: Any, names: typing.Iterable[str]) -> list[str]:
 
 
 def check_range(config: Any, names: str | tuple[str, ...], low: float | None = None, high: float | None = None, *,
-                low_open: bool = False, high_open: bool = False, also: tuple[Any, ...] = (), meaning: str = "") -> None:
+                low_open: bool = False, high_open: bool = False, also: tuple[Any, ...] = (), meaning: str = "",
+                integer: bool = False, required: bool = False) -> None:
     """Raise a one-line :class:`ConfigError` unless each ``config.<name>`` is a finite number in the range.
 
-    The range is ``[low, high]``; ``low_open`` / ``high_open`` exclude an end, ``None`` leaves a side open.
-    ``also`` lists special values that are allowed outside it (``-1`` for "use epochs"), with ``meaning`` saying
-    what they mean. Unset (``None``) values are not checked: they mean "the default" wherever a field allows them.
-    Called from each stage config's ``__post_init__``, so a config built in Python is checked as well as YAML and
-    flags::
+    ``config`` is an object (a stage config) or a mapping (an environment's keyword arguments). The range is
+    ``[low, high]``; ``low_open`` / ``high_open`` exclude an end, ``None`` leaves a side open. ``integer`` asks
+    for a whole number. ``also`` lists special values that are allowed outside it (``-1`` for "use epochs"), with
+    ``meaning`` saying what they mean. Unset (``None``) values are not checked, since they mean "the default"
+    wherever a field allows them, unless ``required``. Called from each stage config's ``__post_init__``, so a
+    config built in Python is checked as well as YAML and flags::
 
         check_range(self, "learning_rate", 0, low_open=True)                 # > 0
         check_range(self, "warmup_ratio", 0, 1)                              # in [0, 1]
@@ -236,10 +239,11 @@ def check_range(config: Any, names: str | tuple[str, ...], low: float | None = N
         check_range(self, "max_steps", 1, also=(-1,), meaning="-1: train for `epochs`")
     """
     for name in (names,) if isinstance(names, str) else names:
-        value = getattr(config, name)
-        if value is None or (value in also and not isinstance(value, bool)):
+        value = config[name] if isinstance(config, Mapping) else getattr(config, name)
+        if (value is None and not required) or (value in also and not isinstance(value, bool)):
             continue
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ok = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value)
         if ok and low is not None:
             ok = value > low if low_open else value >= low
         if ok and high is not None:
@@ -253,6 +257,8 @@ def check_range(config: Any, names: str | tuple[str, ...], low: float | None = N
                 wanted = f"{'<' if high_open else '<='} {high:g}"
             else:
                 wanted = "a finite number"
+            if integer:
+                wanted = "an integer" + ("" if wanted == "a finite number" else f" {wanted}")
             special = f" (or {meaning})" if meaning else (f" (or {', '.join(map(str, also))})" if also else "")
             raise ConfigError(f"{name} must be {wanted}{special}, got {value!r}")
 

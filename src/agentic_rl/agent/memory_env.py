@@ -60,7 +60,6 @@ Train and evaluate with ``--environment memory --dataset synthetic:memory --max-
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -69,6 +68,7 @@ from agentic_rl.agent.rollout import context_window_of
 from agentic_rl.agent.self_correct_env import stable_fraction
 from agentic_rl.agent.tool_format import clip, parse_tool_calls, render_tool_call, tool_message
 from agentic_rl.agent.tools import Tool, ToolError
+from agentic_rl.config import check_range
 from agentic_rl.data.formats import accepted_answers
 from agentic_rl.data.world import note_text
 from agentic_rl.errors import ConfigError, DataError
@@ -91,11 +91,6 @@ def normalise(text: str) -> str:
     return " ".join(str(text).lower().split())
 
 
-def _number(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{name} must be a number, got {value!r}")
-
-
 class MemoryEnv(Environment):
     """An event log with ``remember``/``recall`` tools and a question at its end (registered as ``memory``; see the
     module docstring)."""
@@ -107,20 +102,16 @@ class MemoryEnv(Environment):
                  recall_reward: float = 0.05, wasted_call_reward: float = -0.05, tool_error_reward: float = 0.0,
                  answer_reward: float = 1.0, tools_enabled: bool = True, context_window: int | None = 2,
                  skip_store_fraction: float = 0.0, answer_check: Callable[[str, str], bool] | None = None):
-        for name, value, low in (("max_turns", max_turns, 1), ("max_tool_calls", max_tool_calls, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-        for name, value in (("store_reward", store_reward), ("recall_reward", recall_reward),
-                            ("wasted_call_reward", wasted_call_reward), ("tool_error_reward", tool_error_reward),
-                            ("answer_reward", answer_reward)):
-            _number(name, value)
-        if wasted_call_reward > 0:  # a positive value would reward repeating a call
-            raise ConfigError(f"wasted_call_reward must be <= 0, got {wasted_call_reward}")
-        if tool_error_reward > 0:  # a positive value would reward broken calls
-            raise ConfigError(f"tool_error_reward must be <= 0, got {tool_error_reward}")
-        if isinstance(skip_store_fraction, bool) or not isinstance(skip_store_fraction, (int, float)) \
-                or not 0.0 <= skip_store_fraction <= 1.0:
-            raise ConfigError(f"skip_store_fraction must be a number in [0, 1], got {skip_store_fraction!r}")
+        given = {"max_turns": max_turns, "max_tool_calls": max_tool_calls, "store_reward": store_reward,
+                 "recall_reward": recall_reward, "answer_reward": answer_reward,
+                 "wasted_call_reward": wasted_call_reward, "tool_error_reward": tool_error_reward,
+                 "skip_store_fraction": skip_store_fraction}
+        check_range(given, "max_turns", 1, integer=True, required=True)
+        check_range(given, "max_tool_calls", 0, integer=True, required=True)
+        check_range(given, ("store_reward", "recall_reward", "answer_reward"), required=True)
+        # A positive value would reward repeating a call, or a broken one.
+        check_range(given, ("wasted_call_reward", "tool_error_reward"), high=0, required=True)
+        check_range(given, "skip_store_fraction", 0, 1, required=True)
         self.max_turns, self.max_tool_calls = max_turns, max_tool_calls
         self.store_reward, self.recall_reward = store_reward, recall_reward
         self.wasted_call_reward, self.tool_error_reward = wasted_call_reward, tool_error_reward

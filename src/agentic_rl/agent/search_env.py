@@ -32,7 +32,6 @@ the last passage read, which is wrong.
 
 from __future__ import annotations
 
-import math
 import random
 import re
 from functools import lru_cache
@@ -44,6 +43,7 @@ from agentic_rl.agent.retrieval import Retriever, read_corpus, words
 from agentic_rl.agent.self_correct_env import stable_fraction
 from agentic_rl.agent.tool_format import render_tool_call, tool_message
 from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S
+from agentic_rl.config import check_range
 from agentic_rl.data.formats import accepted_answers
 from agentic_rl.errors import ConfigError
 
@@ -123,20 +123,14 @@ class SearchEnv(ToolEnvironment):
                  tools_enabled: bool = True, wrong_search_fraction: float = 0.0, skipped_hop_fraction: float = 0.0,
                  tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
                  max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS):
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
-        if isinstance(world_seed, bool) or not isinstance(world_seed, int):
-            raise ConfigError(f"world_seed must be an integer (the dataset's synthetic_seed), got {world_seed!r}")
-        for name, value in (("useful_search_reward", useful_search_reward),
-                            ("wasted_search_reward", wasted_search_reward)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigError(f"{name} must be a number, got {value!r}")
-        if wasted_search_reward > 0:  # a positive value would reward repeating a search
-            raise ConfigError(f"wasted_search_reward must be <= 0, got {wasted_search_reward}")
-        for name, share in (("wrong_search_fraction", wrong_search_fraction),
-                            ("skipped_hop_fraction", skipped_hop_fraction)):
-            if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
-                raise ConfigError(f"{name} must be a number in [0, 1], got {share!r}")
+        given = {"top_k": top_k, "world_seed": world_seed, "useful_search_reward": useful_search_reward,
+                 "wasted_search_reward": wasted_search_reward, "wrong_search_fraction": wrong_search_fraction,
+                 "skipped_hop_fraction": skipped_hop_fraction}
+        check_range(given, "top_k", 1, integer=True, required=True)
+        check_range(given, "world_seed", integer=True, required=True)  # the dataset's synthetic_seed
+        check_range(given, "useful_search_reward", required=True)
+        check_range(given, "wasted_search_reward", high=0, required=True)  # > 0 would reward repeating a search
+        check_range(given, ("wrong_search_fraction", "skipped_hop_fraction"), 0, 1, required=True)
         if wrong_search_fraction + skipped_hop_fraction > 1.0:
             raise ConfigError("wrong_search_fraction + skipped_hop_fraction must be at most 1, got "
                               f"{wrong_search_fraction} + {skipped_hop_fraction}")

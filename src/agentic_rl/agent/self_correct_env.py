@@ -28,6 +28,7 @@ from typing import Any
 
 from agentic_rl.agent.env import Environment, StepResult, default_answer_check
 from agentic_rl.agent.reference import ground_truth_of, solution_steps
+from agentic_rl.config import check_range
 from agentic_rl.data.formats import format_solution
 from agentic_rl.errors import ConfigError
 
@@ -57,10 +58,11 @@ class SelfCorrectEnv(Environment):
                  feedback: str = DEFAULT_FEEDBACK, tools_enabled: bool = True,
                  retry_demonstration_fraction: float = 0.3,
                  answer_check: Callable[[str, str], bool] | None = None):
-        if max_turns < 1:
-            raise ConfigError(f"max_turns (the number of attempts) must be >= 1, got {max_turns}")
-        if not 0.0 <= retry_demonstration_fraction <= 1.0:
-            raise ConfigError(f"retry_demonstration_fraction must be in [0, 1], got {retry_demonstration_fraction}")
+        given = {"max_turns": max_turns, "answer_reward": answer_reward, "wrong_attempt_reward": wrong_attempt_reward,
+                 "retry_demonstration_fraction": retry_demonstration_fraction}
+        check_range(given, "max_turns", 1, integer=True, required=True)  # the number of attempts
+        check_range(given, ("answer_reward", "wrong_attempt_reward"), required=True)
+        check_range(given, "retry_demonstration_fraction", 0, 1, required=True)
         if not str(feedback).strip():
             raise ConfigError("feedback must be a non-empty message")
         self.max_turns = max_turns
