@@ -160,7 +160,7 @@ def test_tool_limits_are_environment_settings_with_one_name_each():
                                                                             "max_tool_result_chars")):
         with pytest.raises(ConfigError, match=message):
             EnvironmentSettings(environment="calculator", **{field: value}).check_environment_settings()
-    with pytest.raises(ConfigError, match="tool_timeout_s must be a number of seconds > 0"):
+    with pytest.raises(ConfigError, match=r"^tool_timeout_s must be > 0, got inf$"):
         ToolEnvironment([lookup], tool_timeout_s=float("inf"))
     with pytest.raises(ConfigError, match="tool_timeout_s applies to multi-turn episodes only"):
         EnvironmentSettings(tool_timeout_s=5).check_environment_settings()

@@ -198,6 +198,8 @@ def test_a_mapping_is_checked_with_whole_numbers_and_unset_values_refused_where_
 
 
 @pytest.mark.parametrize("environment, arguments, message", [
+    ("calculator", {"max_tool_calls": -1}, r"^max_tool_calls must be an integer >= 0, got -1$"),
+    ("calculator", {"answer_reward": float("nan")}, r"^answer_reward must be a finite number, got nan$"),
     ("memory", {"max_turns": 2.5}, r"^max_turns must be an integer >= 1, got 2.5$"),
     ("memory", {"store_reward": None}, r"^store_reward must be a finite number, got None$"),
     ("memory", {"wasted_call_reward": 0.5}, r"^wasted_call_reward must be <= 0, got 0.5$"),

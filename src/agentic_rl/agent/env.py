@@ -48,7 +48,7 @@ from typing import Any
 from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.agent.tool_format import clip, parse_tool_calls, tool_message
 from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S, Tool, ToolError, get_tool
-from agentic_rl.config import import_object
+from agentic_rl.config import check_range, import_object
 from agentic_rl.data.formats import format_solution
 from agentic_rl.errors import ConfigError, DataError
 
@@ -151,16 +151,13 @@ class ToolEnvironment(Environment):
                  tools_enabled: bool = True, answer_check: Callable[[str, str], bool] | None = None,
                  tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
                  max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS):
-        if max_turns < 1:
-            raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
-        if max_tool_calls < 0:
-            raise ConfigError(f"max_tool_calls must be >= 0, got {max_tool_calls}")
-        if isinstance(tool_timeout_s, bool) or not isinstance(tool_timeout_s, (int, float)) \
-                or not 0 < tool_timeout_s < float("inf"):
-            raise ConfigError(f"tool_timeout_s must be a number of seconds > 0, got {tool_timeout_s!r}")
-        if isinstance(max_tool_result_chars, bool) or not isinstance(max_tool_result_chars, int) \
-                or max_tool_result_chars < 1:
-            raise ConfigError(f"max_tool_result_chars must be an integer >= 1, got {max_tool_result_chars!r}")
+        given = {"max_turns": max_turns, "max_tool_calls": max_tool_calls, "tool_timeout_s": tool_timeout_s,
+                 "max_tool_result_chars": max_tool_result_chars, "tool_call_reward": tool_call_reward,
+                 "tool_error_reward": tool_error_reward, "answer_reward": answer_reward}
+        check_range(given, ("max_turns", "max_tool_result_chars"), 1, integer=True, required=True)
+        check_range(given, "max_tool_calls", 0, integer=True, required=True)
+        check_range(given, "tool_timeout_s", 0, low_open=True, required=True)  # seconds
+        check_range(given, ("tool_call_reward", "tool_error_reward", "answer_reward"), required=True)
         self.tool_timeout_s = float(tool_timeout_s)
         self.max_tool_result_chars = max_tool_result_chars
         self.tools = [get_tool(t) for t in (tools or [])]
