@@ -92,6 +92,42 @@ def test_the_control_gets_grpo_wall_time_in_sft_steps_and_is_compared_paired(smo
     assert "sampled pass@1" in report
 
 
+@pytest.mark.stage  # trains without the model fixtures
+def test_the_longer_control_is_one_sft_schedule_from_sfts_start_for_sfts_steps_plus_grpos_time(tmp_path):
+    """``control: longer``: the control repeats SFT from its starting model for SFT's steps plus the steps that fit
+    GRPO's wall time, in one run (one warm-up, one decay); a re-run with the other control does not reuse it."""
+    out = tmp_path / "longer"
+    overrides = {"output_dir": str(out), "stages": ["sft", "grpo", "sft_continued"], "sampled_eval": 0}
+    run_pipeline(load_pipeline_config(preset_path("quickstart-smoke"), {**overrides, "control": "longer"}))
+    stages = json.loads((out / "summary.json").read_text())["stages"]
+    budget = stages["sft_continued"]["budget"]
+    final = [h for h in map(json.loads, (out / "sft" / "metrics.jsonl").read_text().splitlines())
+             if "perf/train_runtime_s" in h][-1]
+    extra = max(1, round(stages["grpo"]["wall_time_s"] / (final["perf/train_runtime_s"] / final["step"])))
+    assert (budget["control"], budget["sft_steps"], budget["extra_steps"]) == ("longer", final["step"], extra)
+    assert budget["steps"] == final["step"] + extra
+    assert json.loads((out / "sft_continued" / "metrics.json").read_text())["global_step"] == budget["steps"]
+    sft_settings = yaml.safe_load((out / "sft" / "config.yaml").read_text())
+    control_settings = yaml.safe_load((out / "sft_continued" / "config.yaml").read_text())
+    assert control_settings["model"] == sft_settings["model"] != stages["sft"]["model_dir"]
+    assert control_settings["max_steps"] == budget["steps"] and sft_settings["max_steps"] == final["step"]
+    report = (out / "report.md").read_text()
+    assert (f"The control is one SFT run from SFT's starting model for {budget['steps']} steps in one schedule: "
+            f"SFT's {final['step']} and {extra} more") in report
+    with pytest.raises(ConfigError, match=r"other settings: .*model"):
+        run_pipeline(load_pipeline_config(preset_path("quickstart-smoke"), {**overrides, "control": "continue"}))
+
+
+def test_the_longer_control_needs_the_sft_stage():
+    from agentic_rl.config import config_from_dict
+    from agentic_rl.pipeline import PipelineConfig
+
+    with pytest.raises(ConfigError, match="control 'longer' repeats the SFT stage"):
+        config_from_dict(PipelineConfig, {"stages": ["grpo", "sft_continued"], "control": "longer"})
+    with pytest.raises(ConfigError, match="control"):
+        config_from_dict(PipelineConfig, {"control": "shorter"})
+
+
 def test_the_pipeline_system_prompt_reaches_sft_grpo_and_every_evaluation(smoke_run):
     import yaml
 

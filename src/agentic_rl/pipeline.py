@@ -84,6 +84,11 @@ class PipelineConfig(EnvironmentSettings):
     sft_continued: dict[str, Any] = setting({}, "settings for the control stage: the sft section's settings, then "
                                                 "these (a max_steps here fixes the step count; otherwise it is GRPO's "
                                                 "wall time / the SFT stage's seconds per step)")
+    control: str = setting("continue", "how the control spends GRPO's time on more SFT: 'continue' (the SFT model "
+                                       "trained further, its learning-rate schedule started again) or 'longer' (one "
+                                       "SFT run from SFT's starting model for SFT's steps plus GRPO's time, in one "
+                                       "schedule: no second warm-up; needs 'sft' in stages)",
+                           choices=["continue", "longer"])
     eval: dict[str, Any] = setting({}, "settings for evaluation")
     sampled_eval: int = setting(0, "also evaluate SFT, GRPO and the control with this many samples per problem at "
                                    "GRPO's temperature (pass@1, pass@k; in an environment, sampled episodes with "
@@ -105,6 +110,9 @@ class PipelineConfig(EnvironmentSettings):
         if "sft_continued" in self.stages and "grpo" not in self.stages:
             raise ConfigError("stage 'sft_continued' is GRPO's compute-matched control: it needs 'grpo' in stages "
                               "(its budget is GRPO's wall time)")
+        if self.control == "longer" and "sft_continued" in self.stages and "sft" not in self.stages:
+            raise ConfigError("control 'longer' repeats the SFT stage with GRPO's time added: it needs 'sft' in "
+                              "stages (or use control: continue)")
         if self.sampled_eval < 0:
             raise ConfigError(f"sampled_eval must be >= 0 (0 = off), got {self.sampled_eval}")
         if self.sampled_eval and not self.evaluate_stages:
@@ -370,6 +378,7 @@ def _run_ladder(config: PipelineConfig, root: Path) -> dict[str, Any]:
 
     # --- 2. SFT, then 3. GRPO: each trains on the previous stage's model and is evaluated on the same problems ------
     grpo_start, grpo_result, sample_temperature = model_dir, None, None
+    sft_start = model_dir
     for name in ("sft", "grpo"):
         if name not in config.stages:
             continue
@@ -384,9 +393,10 @@ def _run_ladder(config: PipelineConfig, root: Path) -> dict[str, Any]:
         if config.evaluate_stages:
             _evaluate(name, model_dir, config, root, summary)
 
-    # --- 3b. the compute-matched control: SFT continued from GRPO's start for GRPO's wall time ---------------------
+    # --- 3b. the compute-matched control: GRPO's wall time spent on more SFT --------------------------------------
     if "sft_continued" in config.stages:
-        control_dir = _run_control(config, root, grpo_start, _grpo_seconds(root / "grpo", grpo_result), summary)
+        start = sft_start if config.control == "longer" else grpo_start
+        control_dir = _run_control(config, root, start, _grpo_seconds(root / "grpo", grpo_result), summary)
         stage_models["sft_continued"] = control_dir
         if config.evaluate_stages:
             _evaluate("sft_continued", control_dir, config, root, summary)
@@ -425,18 +435,24 @@ def _run_ladder(config: PipelineConfig, root: Path) -> dict[str, Any]:
     return summary
 
 
-def _sft_seconds_per_step(candidates: list[Path]) -> float:
-    """Seconds per optimizer step of an SFT run, from the first candidate folder whose ``metrics.jsonl`` holds the
-    trainer's final row (``perf/train_runtime_s`` at the last step)."""
+def _sft_final_row(candidates: list[Path]) -> dict[str, Any]:
+    """The trainer's final row of an SFT run (``perf/train_runtime_s`` at its last ``step``), from the first
+    candidate folder whose ``metrics.jsonl`` holds one."""
     from agentic_rl.utils import read_jsonl
 
     for folder in candidates:
         final = [r for r in read_jsonl(folder / "metrics.jsonl") if "perf/train_runtime_s" in r and r.get("step")]
         if final:
-            return final[-1]["perf/train_runtime_s"] / final[-1]["step"]
+            return final[-1]
     raise ConfigError("sft_continued: no SFT timing to size the control by (looked for metrics.jsonl in "
                       f"{', '.join(str(c) for c in candidates)}); run the sft stage in this pipeline, or set "
                       "sft_continued.max_steps")
+
+
+def _sft_seconds_per_step(candidates: list[Path]) -> float:
+    """Seconds per optimizer step of an SFT run (:func:`_sft_final_row`)."""
+    final = _sft_final_row(candidates)
+    return final["perf/train_runtime_s"] / final["step"]
 
 
 def _grpo_seconds(grpo_dir: Path, result: dict[str, Any]) -> float:
@@ -456,15 +472,21 @@ def _grpo_seconds(grpo_dir: Path, result: dict[str, Any]) -> float:
 
 def _run_control(config: PipelineConfig, root: Path, start_model: str, grpo_seconds: float,
                  summary: dict[str, Any]) -> str:
-    """SFT continued from GRPO's starting model, on the sft section's data and settings, for as many steps as fit
-    in GRPO's time (:func:`_grpo_seconds`) at the SFT stage's speed (the control's own loading and saving come on
-    top: the control never gets less compute than GRPO). Returns the control's model directory."""
+    """The control, on the sft section's data and settings, with as many steps more than SFT as fit in GRPO's time
+    (:func:`_grpo_seconds`) at the SFT stage's speed (the control's own loading and saving come on top: the control
+    never gets less compute than GRPO). ``control: continue`` trains GRPO's starting model (the SFT model) for those
+    steps; ``longer`` trains SFT's starting model for SFT's steps plus those, in one schedule. Returns the
+    control's model directory."""
     values = _section_over_defaults(config, "sft_continued", start_model, root)
-    budget: dict[str, Any] = {"grpo_wall_time_s": grpo_seconds}
+    budget: dict[str, Any] = {"control": config.control, "grpo_wall_time_s": grpo_seconds}
     if "max_steps" not in config.sft_continued:
-        seconds = _sft_seconds_per_step([root / "sft", Path(start_model).parent])
-        values["max_steps"] = max(1, round(grpo_seconds / seconds))
-        budget["sft_seconds_per_step"] = round(seconds, 4)
+        final = _sft_final_row([root / "sft", Path(start_model).parent])
+        seconds = final["perf/train_runtime_s"] / final["step"]
+        extra = max(1, round(grpo_seconds / seconds))
+        budget.update(sft_seconds_per_step=round(seconds, 4), extra_steps=extra)
+        if config.control == "longer":
+            budget["sft_steps"] = final["step"]
+        values["max_steps"] = extra + budget.get("sft_steps", 0)
     budget["steps"] = values["max_steps"]
     log(f"stage sft_continued: {values['max_steps']} SFT steps from {start_model} (GRPO took {grpo_seconds:.0f}s)")
     _, result = _run_training_stage(config, "sft_continued", root, values, summary)

@@ -123,11 +123,17 @@ def _control_section(summary: dict[str, Any]) -> list[str]:
         return []
     stage = summary["stages"]["sft_continued"]
     budget = stage.get("budget", {})
+    grpo_time = f"GRPO's wall time ({budget.get('grpo_wall_time_s', float('nan')):.0f} s"
+    if budget.get("control") == "longer":
+        what = (f"The control is one SFT run from SFT's starting model for {budget.get('steps', '?')} steps in one "
+                f"schedule: SFT's {budget.get('sft_steps', '?')} and {budget.get('extra_steps', '?')} more, sized to "
+                f"{grpo_time}")
+    else:
+        what = (f"The control continues SFT from GRPO's starting model for {budget.get('steps', '?')} steps, sized "
+                f"to {grpo_time}")
     lines = ["## GRPO vs the compute-matched control", "",
-             f"The control continues SFT from GRPO's starting model for {budget.get('steps', '?')} steps, sized to "
-             f"GRPO's wall time ({budget.get('grpo_wall_time_s', float('nan')):.0f} s; the control took "
-             f"{stage.get('wall_time_s', float('nan')):.0f} s). Differences are paired over the same problems, "
-             "with a 95 % bootstrap interval.", ""]
+             f"{what}; the control took {stage.get('wall_time_s', float('nan')):.0f} s). Differences are paired "
+             "over the same problems, with a 95 % bootstrap interval.", ""]
     for mode, row in control.items():
         low, high = row["ci95"]
         extra = (f"; solved only by GRPO {row['only_treatment']}, only by the control {row['only_control']} "
