@@ -118,6 +118,27 @@ def test_the_longer_control_is_one_sft_schedule_from_sfts_start_for_sfts_steps_p
         run_pipeline(load_pipeline_config(preset_path("quickstart-smoke"), {**overrides, "control": "continue"}))
 
 
+@pytest.mark.parametrize("budget, expected", [
+    ({"control": "continue", "grpo_wall_time_s": 60.0, "sft_seconds_per_step": 0.5, "extra_steps": 90, "steps": 90},
+     "The control continues SFT from GRPO's starting model for 90 steps, sized to GRPO's wall time (60 s; "),
+    ({"control": "continue", "grpo_wall_time_s": 60.0, "steps": 40},
+     "The control continues SFT from GRPO's starting model for 40 steps (set by sft_continued.max_steps; GRPO took "
+     "60 s, the control 61 s). Differences"),
+    ({"control": "longer", "grpo_wall_time_s": 60.0, "sft_seconds_per_step": 0.5, "sft_steps": 200, "extra_steps": 90,
+      "steps": 290},
+     "The control is one SFT run from SFT's starting model for 290 steps in one schedule: SFT's 200 and 90 more, "
+     "sized to GRPO's wall time (60 s; the control took 61 s). Differences"),
+    ({"control": "longer", "grpo_wall_time_s": 60.0, "steps": 250},
+     "for 250 steps in one schedule (set by sft_continued.max_steps; GRPO took 60 s, the control 61 s)."),
+])
+def test_the_report_says_which_control_ran_and_how_its_steps_were_set(budget, expected):
+    from agentic_rl.report import _control_section
+
+    row = {"treatment": 0.5, "control": 0.4, "difference": 0.1, "ci95": [0.05, 0.15]}
+    summary = {"control": {"greedy": row}, "stages": {"sft_continued": {"budget": budget, "wall_time_s": 61.0}}}
+    assert expected in "\n".join(_control_section(summary))
+
+
 def test_the_longer_control_needs_the_sft_stage():
     from agentic_rl.config import config_from_dict
     from agentic_rl.pipeline import PipelineConfig

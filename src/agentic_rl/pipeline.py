@@ -449,12 +449,6 @@ def _sft_final_row(candidates: list[Path]) -> dict[str, Any]:
                       "sft_continued.max_steps")
 
 
-def _sft_seconds_per_step(candidates: list[Path]) -> float:
-    """Seconds per optimizer step of an SFT run (:func:`_sft_final_row`)."""
-    final = _sft_final_row(candidates)
-    return final["perf/train_runtime_s"] / final["step"]
-
-
 def _grpo_seconds(grpo_dir: Path, result: dict[str, Any]) -> float:
     """GRPO's compute time for sizing the control: the stage's wall time, or — when the stage was resumed, so that
     its wall time covers only the last part — the mean logged step time x steps, plus its held-out checks and
@@ -480,7 +474,8 @@ def _run_control(config: PipelineConfig, root: Path, start_model: str, grpo_seco
     values = _section_over_defaults(config, "sft_continued", start_model, root)
     budget: dict[str, Any] = {"control": config.control, "grpo_wall_time_s": grpo_seconds}
     if "max_steps" not in config.sft_continued:
-        final = _sft_final_row([root / "sft", Path(start_model).parent])
+        # the SFT stage's timing; a control that continues a model trained elsewhere may find it beside that model
+        final = _sft_final_row([root / "sft"] + ([Path(start_model).parent] if config.control == "continue" else []))
         seconds = final["perf/train_runtime_s"] / final["step"]
         extra = max(1, round(grpo_seconds / seconds))
         budget.update(sft_seconds_per_step=round(seconds, 4), extra_steps=extra)

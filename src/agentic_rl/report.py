@@ -123,17 +123,20 @@ def _control_section(summary: dict[str, Any]) -> list[str]:
         return []
     stage = summary["stages"]["sft_continued"]
     budget = stage.get("budget", {})
-    grpo_time = f"GRPO's wall time ({budget.get('grpo_wall_time_s', float('nan')):.0f} s"
+    grpo_s, control_s = budget.get("grpo_wall_time_s", float("nan")), stage.get("wall_time_s", float("nan"))
+    steps = budget.get("steps", "?")
     if budget.get("control") == "longer":
-        what = (f"The control is one SFT run from SFT's starting model for {budget.get('steps', '?')} steps in one "
-                f"schedule: SFT's {budget.get('sft_steps', '?')} and {budget.get('extra_steps', '?')} more, sized to "
-                f"{grpo_time}")
+        what = f"The control is one SFT run from SFT's starting model for {steps} steps in one schedule"
+        if "sft_steps" in budget:
+            what += f": SFT's {budget['sft_steps']} and {budget['extra_steps']} more"
     else:
-        what = (f"The control continues SFT from GRPO's starting model for {budget.get('steps', '?')} steps, sized "
-                f"to {grpo_time}")
+        what = f"The control continues SFT from GRPO's starting model for {steps} steps"
+    if "sft_seconds_per_step" in budget:  # sized by the SFT stage's speed (else sft_continued.max_steps set it)
+        what += f", sized to GRPO's wall time ({grpo_s:.0f} s; the control took {control_s:.0f} s)."
+    else:
+        what += f" (set by sft_continued.max_steps; GRPO took {grpo_s:.0f} s, the control {control_s:.0f} s)."
     lines = ["## GRPO vs the compute-matched control", "",
-             f"{what}; the control took {stage.get('wall_time_s', float('nan')):.0f} s). Differences are paired "
-             "over the same problems, with a 95 % bootstrap interval.", ""]
+             f"{what} Differences are paired over the same problems, with a 95 % bootstrap interval.", ""]
     for mode, row in control.items():
         low, high = row["ci95"]
         extra = (f"; solved only by GRPO {row['only_treatment']}, only by the control {row['only_control']} "
