@@ -96,8 +96,13 @@ class Environment:
     def step(self, assistant_text: str) -> StepResult:  # pragma: no cover - interface
         raise NotImplementedError
 
+    @property
+    def offered_tools(self) -> list[Any]:
+        """The tools this episode offers: ``tools``, or none when ``tools_enabled`` is off."""
+        return self.tools if self.tools_enabled else []
+
     def tool_schemas(self) -> list[dict[str, Any]]:
-        return [t.schema for t in self.tools] if self.tools_enabled else []
+        return [t.schema for t in self.offered_tools]
 
     def episode_metrics(self) -> dict[str, float]:
         """Numbers describing the finished episode (read once it is done), averaged over episodes by
@@ -211,7 +216,7 @@ class ToolEnvironment(Environment):
 
     def _run_call(self, call) -> tuple[str, bool, bool]:
         """(observation text, ran without error, useful = first time this exact call is made)."""
-        refusal = call_refusal(call, self.tools if self.tools_enabled else [],
+        refusal = call_refusal(call, self.offered_tools,
                                calls_made=self.tool_calls + self.tool_errors, max_calls=self.max_tool_calls)
         if refusal is not None:
             return f"error: {refusal}", False, False

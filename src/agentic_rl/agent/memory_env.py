@@ -223,7 +223,7 @@ class MemoryEnv(Environment):
 
     def _run_call(self, call) -> tuple[str, float, str]:
         """(observation text, reward, kind: ``error``, ``useful``, ``wasted`` or ``ok``)."""
-        error = call_refusal(call, self.tools if self.tools_enabled else [],
+        error = call_refusal(call, self.offered_tools,
                              calls_made=self.stores + self.recalls + self.tool_errors,
                              max_calls=self.max_tool_calls, tools_off="write 'next' or the answer")
         if error is None:
