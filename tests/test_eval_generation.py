@@ -189,7 +189,44 @@ def test_compact_engine_prefills_repeated_prompts_once_with_the_same_result(earl
     monkeypatch.setattr(generation, "PREFILL_CHUNK", 2)
     out = generate_batched(model, tok, repeated, max_new_tokens=12, engine="compact")
     assert [r[0] for r in out] == reference
-    assert prefilled == [2, 2, 1]  # 5 distinct prompts in chunks of 2, not 8
+    assert prefilled == [1, 2, 2, 1]  # the shared system prompt once, then 5 distinct prompts in chunks of 2, not 8
+
+
+def test_compact_engine_prefills_a_prefix_all_contexts_share_once(early_stopping, monkeypatch):
+    """Contexts that share a long prefix (a system prompt): the prefix is prefilled once, each chunk only from where
+    its contexts differ, and the completions are the naive loop's, whatever the chunking (chunks of 2 put padding
+    between the prefix and the rest of the shorter contexts). Below the threshold, or with one context, everything
+    is prefilled together as before."""
+    import agentic_rl.models.generate as generation
+
+    model, tok, prompts = early_stopping
+    contexts = [tok(render_prompt(tok, p), add_special_tokens=False)["input_ids"] for p in prompts]
+    shared = generation.shared_prefix_length(contexts)
+    assert shared >= generation.MIN_SHARED_PREFIX and all(len(c) > shared for c in contexts)
+    assert len({c[shared] for c in contexts}) > 1  # the contexts differ right after it
+    reference = generate_one_by_one(model, tok, prompts, max_new_tokens=12)
+    widths = []
+    original = model.forward
+
+    def recording_forward(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:
+            widths.append(tuple(kwargs["input_ids"].shape))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", recording_forward)
+    order = sorted(contexts, key=len, reverse=True)
+    for chunk, expected in ((2, [(1, shared), (2, len(order[0]) - shared), (2, len(order[2]) - shared),
+                                 (1, len(order[4]) - shared)]),
+                            (16, [(1, shared), (5, len(order[0]) - shared)])):
+        monkeypatch.setattr(generation, "PREFILL_CHUNK", chunk)
+        widths.clear()
+        out = generate_batched(model, tok, prompts, max_new_tokens=12, engine="compact")
+        assert [r[0] for r in out] == reference, f"chunks of {chunk}"
+        assert widths == expected, f"chunks of {chunk}"
+    monkeypatch.setattr(generation, "MIN_SHARED_PREFIX", shared + 1)
+    widths.clear()
+    assert [r[0] for r in generate_batched(model, tok, prompts, max_new_tokens=12, engine="compact")] == reference
+    assert widths == [(5, len(order[0]))]
 
 
 def test_compact_engine_one_prompt_and_budget_of_one(model_and_tokenizer):

@@ -275,9 +275,27 @@ class PreallocatedLayer(DynamicLayer):
 #: activations too large for the CPU's caches (and pads every prompt to the longest); chunks of length-sorted prompts
 #: do not. On an accelerator the whole batch is prefilled at once.
 PREFILL_CHUNK = 16
+#: A prefix that every context of a call shares (the system prompt, a log's header) and that is at least this many
+#: tokens long is prefilled once, and each context from where it differs; shorter ones are not worth the extra pass.
+MIN_SHARED_PREFIX = 8
 #: Ended sequences leave the batch once they are at least 1/REMOVE_FRACTION of it (until then they ride along):
 #: each removal copies the whole cache, which costs more than a few rows of computation.
 REMOVE_FRACTION = 8
+
+
+def shared_prefix_length(contexts: list[list[int]]) -> int:
+    """How many leading tokens every context has in common, leaving at least one token of each (the last position's
+    logits start the decoding).
+
+    >>> shared_prefix_length([[5, 6, 7, 8], [5, 6, 9], [5, 6, 7]])
+    2
+    """
+    limit = min(len(c) for c in contexts) - 1
+    if limit <= 0:
+        return 0
+    heads = torch.tensor([c[:limit] for c in contexts], dtype=torch.long)  # (B, limit)
+    differs = (heads != heads[:1]).any(0).nonzero()
+    return int(differs[0]) if len(differs) else limit
 
 
 def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temperature, top_p, top_k):
@@ -286,8 +304,10 @@ def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temper
 
     Same arithmetic per sequence as ``model.generate``: left padding hidden by the attention mask, positions counted
     from each sequence's first real token, logits of the last position only, argmax (or temperature, top-k, top-p,
-    multinomial). Differences, all for speed: distinct prompts are prefilled once each, in chunks of
-    :data:`PREFILL_CHUNK`, and their caches joined (left-padded to the longest prompt) into one decode batch; the KV
+    multinomial). Differences, all for speed: a prefix all contexts share (:data:`MIN_SHARED_PREFIX` tokens or more)
+    is prefilled once and its keys and values are given to every chunk; distinct prompts are prefilled once each
+    (from where they differ), in chunks of :data:`PREFILL_CHUNK`, and their caches joined (left-padded to the
+    longest prompt, a chunk's padding between the shared prefix and the rest) into one decode batch; the KV
     cache is allocated once for the whole generation instead of growing by concatenation every step; and ended
     sequences leave the batch (once they are 1/:data:`REMOVE_FRACTION` of it: a removal copies the cache), where
     ``generate`` keeps computing finished rows until the longest one ends.
@@ -306,19 +326,32 @@ def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temper
     owner = torch.tensor([distinct.setdefault(tuple(c), len(distinct)) for c in contexts], device=device)  # (B,)
     unique = [list(c) for c in distinct]  # longest first, like contexts
     logits = None
+    shared = shared_prefix_length(unique) if len(unique) > 1 else 0
+    shared = shared if shared >= MIN_SHARED_PREFIX else 0
+    if shared:
+        prefix_cache = DynamicCache(config=model.config)
+        model(input_ids=torch.tensor([unique[0][:shared]], device=device),
+              attention_mask=torch.ones((1, shared), dtype=torch.long, device=device),
+              position_ids=torch.arange(shared, device=device)[None], use_cache=True, logits_to_keep=1,
+              **{cache_keyword: prefix_cache})
+        prefix = [(layer.keys, layer.values) for layer in prefix_cache.layers]  # each (1, heads, shared, dim)
     chunk_size = PREFILL_CHUNK if device.type == "cpu" else len(unique)  # an accelerator wants large batches
     for start in range(0, len(unique), chunk_size):
         chunk = unique[start:start + chunk_size]
-        input_ids, chunk_attention = (t.to(device) for t in _left_pad(chunk, pad_id))
-        positions = (chunk_attention.cumsum(-1) - 1).clamp(min=0)  # (b, w): 0 at the first real token
+        input_ids, chunk_attention = (t.to(device) for t in _left_pad([c[shared:] for c in chunk], pad_id))
+        positions = shared + (chunk_attention.cumsum(-1) - 1).clamp(min=0)  # (b, w): counted from the first token
         chunk_cache = DynamicCache(config=model.config)
+        if shared:  # every row's cache starts with the shared prefix: [prefix | padding | the rest of its context]
+            for index, (keys, values) in enumerate(prefix):
+                chunk_cache.update(keys.expand(len(chunk), -1, -1, -1), values.expand(len(chunk), -1, -1, -1), index)
+            chunk_attention = torch.cat([chunk_attention.new_ones((len(chunk), shared)), chunk_attention], dim=1)
         out = model(input_ids=input_ids, attention_mask=chunk_attention, position_ids=positions, use_cache=True,
                     logits_to_keep=1, **{cache_keyword: chunk_cache})
         rows = ((owner >= start) & (owner < start + len(chunk))).nonzero().squeeze(1)  # joint rows of this chunk
         source = owner[rows] - start  # their row in the chunk
         for layer, chunk_layer in zip(cache.layers, chunk_cache.layers):
             layer.write_rows(rows, chunk_layer.keys[source], chunk_layer.values[source], len(contexts), width)
-        attention[rows, width - input_ids.shape[1]:] = chunk_attention[source]
+        attention[rows, width - chunk_attention.shape[1]:] = chunk_attention[source]
         last_position[rows] = positions[source, -1]
         if logits is None:
             logits = out.logits.new_empty((len(contexts), out.logits.shape[-1]))  # (B, vocab)
