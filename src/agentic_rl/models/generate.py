@@ -9,9 +9,10 @@ generated in batches under ``torch.inference_mode``. Results come back in the or
 
 Two engines (:func:`generate_token_ids`):
 
-* ``compact`` (the default wherever the model allows it): the project's own decode loop. Prompts are prefilled in
-  chunks and joined into one decode batch over a KV cache allocated once; a sequence leaves the batch the step it
-  ends, so each step costs what the running sequences cost and a large batch does not wait for its longest member.
+* ``compact`` (the default wherever the model allows it): the project's own decode loop. A prefix every prompt
+  shares (the system prompt) is prefilled once; the prompts are prefilled from there in chunks and joined into one
+  decode batch over a KV cache allocated once; a sequence leaves the batch the step it ends, so each step costs
+  what the running sequences cost and a large batch does not wait for its longest member.
   Evaluation completions are short and of uneven length, which is exactly where padded batches waste their work.
 * ``padded``: ``model.generate`` on padded batches (the fallback for models the loop cannot drive: encoder-decoders,
   sliding-window or hybrid caches, forwards without ``logits_to_keep``).
