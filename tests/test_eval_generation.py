@@ -223,10 +223,16 @@ def test_compact_engine_prefills_a_prefix_all_contexts_share_once(early_stopping
         out = generate_batched(model, tok, prompts, max_new_tokens=12, engine="compact")
         assert [r[0] for r in out] == reference, f"chunks of {chunk}"
         assert widths == expected, f"chunks of {chunk}"
+    shipped = generation.MIN_SHARED_PREFIX
     monkeypatch.setattr(generation, "MIN_SHARED_PREFIX", shared + 1)
     widths.clear()
     assert [r[0] for r in generate_batched(model, tok, prompts, max_new_tokens=12, engine="compact")] == reference
     assert widths == [(5, len(order[0]))]
+    monkeypatch.setattr(generation, "MIN_SHARED_PREFIX", shipped)
+    widths.clear()
+    assert [r[0] for r in generate_batched(model, tok, prompts[:1], max_new_tokens=12, engine="compact")] \
+        == reference[:1]
+    assert widths == [(1, len(contexts[0]))]  # one context: nothing to share
 
 
 def test_compact_engine_one_prompt_and_budget_of_one(model_and_tokenizer):
