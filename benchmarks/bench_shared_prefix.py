@@ -17,8 +17,10 @@ the tokens each prefilled, and how many episodes are identical (every message); 
 from __future__ import annotations
 
 import argparse
-import os
+import inspect
 import json
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             prefilled["tokens"] += k["input_ids"].numel()
         return forward(*a, **k)
 
-    counting_forward.__signature__ = __import__("inspect").signature(forward)  # the loop reads the signature
+    counting_forward.__signature__ = inspect.signature(forward)  # the decode loop reads the forward's signature
     model.forward = counting_forward
     shipped = generation.MIN_SHARED_PREFIX
     variants = {"whole": 10**9, "shared": shipped}
@@ -75,24 +77,27 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="bench_shared_prefix_"))
     print(f"{config.environment} {config.environment_args} | {len(rows)} problems | model {config.models[0]} | "
           f"torch threads {torch.get_num_threads()}", flush=True)
-    for i in range(args.repeats):
-        for variant in (list(variants) if i % 2 == 0 else list(variants)[::-1]):
-            generation.MIN_SHARED_PREFIX = variants[variant]
-            prefilled["tokens"] = 0
-            start, start_cpu = time.perf_counter(), time.process_time()
-            try:
-                metrics = evaluate_model_in_environment(model, rows, config, env_factory, tokenizer=tokenizer,
-                                                        output_dir=scratch / variant)
-            finally:
-                generation.MIN_SHARED_PREFIX = shipped
-            wall[variant].append(time.perf_counter() - start)
-            cpu[variant].append(time.process_time() - start_cpu)
-            tokens[variant], results[variant] = prefilled["tokens"], metrics
-            episodes[variant] = {key: (scratch / variant / f"episodes_{key}.jsonl").read_text().splitlines()
-                                 for key in ("with_tools", "without_tools")}
-            print(f"  run {i + 1} {variant:<7} {wall[variant][-1]:7.1f} s wall {cpu[variant][-1]:7.1f} s CPU, "
-                  f"prefilled {tokens[variant]:,} tokens, accuracy {metrics['accuracy']:.3f} with tools, "
-                  f"{metrics['accuracy_without_tools']:.3f} without", flush=True)
+    try:
+        for i in range(args.repeats):
+            for variant in (list(variants) if i % 2 == 0 else list(variants)[::-1]):
+                generation.MIN_SHARED_PREFIX = variants[variant]
+                prefilled["tokens"] = 0
+                start, start_cpu = time.perf_counter(), time.process_time()
+                try:
+                    metrics = evaluate_model_in_environment(model, rows, config, env_factory, tokenizer=tokenizer,
+                                                            output_dir=scratch / variant)
+                finally:
+                    generation.MIN_SHARED_PREFIX = shipped
+                wall[variant].append(time.perf_counter() - start)
+                cpu[variant].append(time.process_time() - start_cpu)
+                tokens[variant], results[variant] = prefilled["tokens"], metrics
+                episodes[variant] = {key: (scratch / variant / f"episodes_{key}.jsonl").read_text().splitlines()
+                                     for key in ("with_tools", "without_tools")}
+                print(f"  run {i + 1} {variant:<7} {wall[variant][-1]:7.1f} s wall {cpu[variant][-1]:7.1f} s CPU, "
+                      f"prefilled {tokens[variant]:,} tokens, accuracy {metrics['accuracy']:.3f} with tools, "
+                      f"{metrics['accuracy_without_tools']:.3f} without", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     median = {v: statistics.median(t) for v, t in wall.items()}
     median_cpu = {v: statistics.median(t) for v, t in cpu.items()}
     same = {key: sum(json.loads(a)["messages"] == json.loads(b)["messages"]
