@@ -35,11 +35,11 @@ import json, sys, torch
 torch.set_num_threads(1)
 from agentic_rl.config import config_from_dict, read_yaml
 from agentic_rl.train import grpo
+from agentic_rl.utils import read_jsonl
 settings = json.loads(sys.argv[1])
 values = {**read_yaml(settings.pop("config")), **settings}
 result = grpo.run(config_from_dict(grpo.GRPOConfig, values, where="bench_context_scoring"))
-steps = [json.loads(line) for line in open(values["output_dir"] + "/metrics.jsonl")]
-first = next(s for s in steps if "train/loss" in s)
+first = next(s for s in read_jsonl(values["output_dir"] + "/metrics.jsonl") if "train/loss" in s)
 print("RESULT", json.dumps({"step_s": result["train_metrics"]["train_runtime"] / values["max_steps"],
                             "loss": first["train/loss"], "grad_norm": first["train/grad_norm"]}))
 """

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import os
 import shutil
 import statistics
@@ -48,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentic_rl.config import config_from_dict, read_yaml
     from agentic_rl.eval.evaluate import EvalConfig, evaluate_model_in_environment, load_rows
     from agentic_rl.models.loading import load_model_and_tokenizer
+    from agentic_rl.utils import read_jsonl
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 wall[variant].append(time.perf_counter() - start)
                 cpu[variant].append(time.process_time() - start_cpu)
                 tokens[variant], results[variant] = prefilled["tokens"], metrics
-                episodes[variant] = {key: (scratch / variant / f"episodes_{key}.jsonl").read_text().splitlines()
+                episodes[variant] = {key: read_jsonl(scratch / variant / f"episodes_{key}.jsonl")
                                      for key in ("with_tools", "without_tools")}
                 print(f"  run {i + 1} {variant:<7} {wall[variant][-1]:7.1f} s wall {cpu[variant][-1]:7.1f} s CPU, "
                       f"prefilled {tokens[variant]:,} tokens, accuracy {metrics['accuracy']:.3f} with tools, "
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     median = {v: statistics.median(t) for v, t in wall.items()}
     median_cpu = {v: statistics.median(t) for v, t in cpu.items()}
-    same = {key: sum(json.loads(a)["messages"] == json.loads(b)["messages"]
+    same = {key: sum(a["messages"] == b["messages"]
                      for a, b in zip(episodes["whole"][key], episodes["shared"][key])) for key in episodes["whole"]}
     print(f"\nshared / whole: {median['shared'] / median['whole']:.3f} wall, "
           f"{median_cpu['shared'] / median_cpu['whole']:.3f} CPU, {tokens['shared'] / tokens['whole']:.3f} tokens "
