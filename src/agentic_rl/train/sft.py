@@ -61,8 +61,9 @@ from agentic_rl.utils import (default_mixed_precision, has_gpu, log, set_seed, s
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
-#: SFT's training-set size on the synthetic task when max_train_samples is unset (GRPO's is another:
-#: :data:`agentic_rl.eval.validation.SYNTHETIC_TRAIN_ROWS_AFTER_CARVING`).
+#: SFT's synthetic train split: all of it is trained on when max_train_samples is unset, and a smaller
+#: max_train_samples is drawn from it with the seed, so that each seed demonstrates other problems (GRPO's split is
+#: another: :data:`agentic_rl.eval.validation.SYNTHETIC_TRAIN_ROWS_AFTER_CARVING`).
 SFT_SYNTHETIC_TRAIN_ROWS = 5000
 
 
@@ -79,8 +80,9 @@ class SFTConfig(EnvironmentSettings):
     answer_field: str | None = setting(None, "custom datasets: column holding the reference solution (steps and a "
                                              "final '#### N' or number)")
     ground_truth_field: str | None = setting(None, "custom datasets: column holding the final answer")
-    max_train_samples: int | None = setting(None, "use at most N training rows (random, seed); the synthetic task "
-                                            f"generates this many (default {SFT_SYNTHETIC_TRAIN_ROWS})")
+    max_train_samples: int | None = setting(None, "use at most N training rows, drawn with the seed; the synthetic "
+                                            f"task draws them from its {SFT_SYNTHETIC_TRAIN_ROWS}-row split, or "
+                                            "generates N when more")
     eval_samples: int = setting(0, "held-out problems carved out of the training split (seeded) as a validation "
                                    "slice, never trained on; tune scores its trials on them (0 = none)")
     synthetic_test_size: int = setting(SYNTHETIC_TEST_SIZE, "rows in the synthetic test split (kept out of training; "
@@ -207,7 +209,7 @@ def _task_rows_and_validation(config: SFTConfig):
     options = dict(question_field=config.question_field, answer_field=config.answer_field,
                    ground_truth_field=config.ground_truth_field, synthetic_seed=config.synthetic_seed,
                    synthetic_test_size=config.synthetic_test_size, text_answers=config.answers_are_text())
-    synthetic_rows = config.max_train_samples or SFT_SYNTHETIC_TRAIN_ROWS
+    synthetic_rows = max(config.max_train_samples or 0, SFT_SYNTHETIC_TRAIN_ROWS)
     if not config.eval_samples:
         return load_task_dataset(config.dataset, config.split, max_samples=config.max_train_samples, seed=config.seed,
                                  synthetic_train_size=synthetic_rows, **options), []
