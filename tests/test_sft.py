@@ -405,3 +405,24 @@ def test_the_rows_a_short_run_reaches_hold_the_configured_share_of_answer_first_
     reached = rows_reached(build_sft_dataset(config), config)
     first = sum(row["completion"][0]["content"].startswith("Final Answer") for row in reached)
     assert len(reached) == 1280 and abs(first / len(reached) - share) < 0.05
+
+
+def test_a_few_synthetic_rows_are_drawn_with_the_seed_from_the_whole_training_split():
+    """max_train_samples below the synthetic split's size draws that many of its rows with the seed, so each seed
+    demonstrates other problems; above it, the split is generated to that size and every row is kept."""
+    from agentic_rl.data import load_task_dataset
+    from agentic_rl.train.sft import SFT_SYNTHETIC_TRAIN_ROWS, load_task_rows
+
+    split = {row["question"] for row in load_task_dataset("synthetic:multiplication", "train",
+                                                          synthetic_train_size=SFT_SYNTHETIC_TRAIN_ROWS)}
+    drawn = [{row["question"] for row in load_task_rows(SFTConfig(dataset="synthetic:multiplication",
+                                                                  max_train_samples=40, seed=seed))}
+             for seed in (0, 1)]
+    assert [len(questions) for questions in drawn] == [40, 40]
+    assert drawn[0] <= split and drawn[1] <= split
+    assert drawn[0] != drawn[1]
+    again = {row["question"] for row in load_task_rows(SFTConfig(dataset="synthetic:multiplication",
+                                                                 max_train_samples=40, seed=0))}
+    assert again == drawn[0]
+    more = load_task_rows(SFTConfig(dataset="synthetic", max_train_samples=SFT_SYNTHETIC_TRAIN_ROWS + 100))
+    assert len(more) == SFT_SYNTHETIC_TRAIN_ROWS + 100
