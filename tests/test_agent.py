@@ -344,17 +344,15 @@ def test_short_final_turn_copies_the_last_tool_result(tokenizer):
 def test_sft_rows_split_into_tool_skip_tool_and_direct_demonstrations(tokenizer):
     from agentic_rl.agent.settings import build_environment
     from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT
-    from agentic_rl.data import load_task_dataset
     from agentic_rl.data.formats import SYSTEM_PROMPT
-    from agentic_rl.train.sft import SFTConfig, build_environment_dataset
+    from agentic_rl.train.sft import SFTConfig, build_environment_dataset, load_task_rows
 
     def config(**fractions):
         return SFTConfig(model="m", environment="calculator", environment_args={"final_turn": "answer"},
                          dataset="synthetic:multiplication", max_train_samples=20, **fractions)
 
-    # the same 20 rows as max_train_samples=20 above
-    rows = load_task_dataset("synthetic:multiplication", "train", synthetic_train_size=20).to_list()
     sft = config(direct_fraction=0.25, skip_tool_fraction=0.35)
+    rows = load_task_rows(sft).to_list()
     examples, counts = build_environment_dataset(sft, build_environment(sft), tokenizer)
     assert counts == {"environment": 8, "skip_tool": 7, "direct": 5} and len(examples) == 20
     truth = {r["question"]: r["ground_truth"] for r in rows}
