@@ -39,7 +39,7 @@ def ship(model_dir: str | Path, dest: str | Path, *, recipe: dict[str, Any], com
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agentic_rl.models.loading import save_model_atomically
-    from agentic_rl.models.probes import run_probes
+    from agentic_rl.train.probes import run_probes
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -65,7 +65,7 @@ def ship(model_dir: str | Path, dest: str | Path, *, recipe: dict[str, Any], com
 
 
 def _card_body(card: dict[str, Any]) -> str:
-    from agentic_rl.models.probes import PROBES
+    from agentic_rl.train.probes import PROBES
 
     recipe = card["recipe"]
     mix = ", ".join(f"{kind} {share:.1%}" for kind, share in recipe.get("corpus_mix", {}).items())
@@ -75,7 +75,8 @@ def _card_body(card: dict[str, Any]) -> str:
 A {card['parameters'] / 1e6:.2f}M-parameter Qwen3-architecture causal LM with its own byte-level BPE tokenizer (one
 token per digit, Qwen3's chat template, tool-call tokens), pretrained on a synthetic corpus only. It is the starting
 point of every embedded preset (`model: embedded`), as a released checkpoint is for real runs. It knows no facts:
-its corpus is arithmetic, templated word problems, number lists and fictional worlds.
+its corpus is arithmetic, templated word problems with their worked steps and calculator calls, whole calculator and
+search episodes in the chat layout, number lists and fictional worlds.
 
 - Corpus mix ({recipe.get('corpus_lines')} lines): {mix}.
 - Training: {recipe.get('max_steps')} steps of {recipe.get('batch_size')} blocks of {recipe.get('seq_length')} tokens,
@@ -83,7 +84,9 @@ its corpus is arithmetic, templated word problems, number lists and fictional wo
 - Rebuild: `{card['command']}`.
 - Weights sha256: `{card['sha256']}`.
 
-## Probes (greedy, held-out; `agentic_rl.models.probes`)
+## Probes (greedy, held-out; `agentic_rl.train.probes`)
+
+The first six in plain text, the `tool_` ones in the chat layout a rollout's context has.
 
 | probe | score |
 |---|---|

@@ -10,7 +10,7 @@ from agentic_rl.errors import ModelLoadError
 from agentic_rl.models import embedded
 from agentic_rl.models.embedded import (CARD_FILE, EMBEDDED_DIR, WEIGHTS_FILE, describe_base, file_sha256,
                                         read_card)
-from agentic_rl.models.probes import PROBES
+from agentic_rl.train.probes import PROBES
 
 MAX_SHIPPED_BYTES = 25 * 1000 * 1000
 
@@ -46,24 +46,59 @@ def test_the_shipped_base_scores_its_cards_probes():
     """Loaded as every stage loads `embedded`, the shipped base scores the card's probe values (one greedy token may
     flip on another CPU kind: a tolerance of one probe item in a hundred), and has the skills the presets need."""
     from agentic_rl.models.loading import load_model_and_tokenizer
-    from agentic_rl.models.probes import run_probes
+    from agentic_rl.train.probes import run_probes
 
     model, tokenizer = load_model_and_tokenizer("embedded")
     scores = run_probes(model, tokenizer)
     card = read_card()["probes"]
     assert scores == pytest.approx(card, abs=0.011)
-    assert min(scores[name] for name in ("copy_lists", "call", "operation", "lookup")) >= 0.8
+    assert min(scores[name] for name in ("copy_lists", "call", "operation", "lookup", "tool_call", "tool_operation",
+                                         "tool_lookup", "tool_hop")) >= 0.8
 
 
 @pytest.mark.stage
 def test_probes_score_zero_on_an_untrained_model(tiny_model_dir):
     """The probes can fail: a random-init model copies nothing and computes nothing."""
     from agentic_rl.models.loading import load_model_and_tokenizer
-    from agentic_rl.models.probes import probe_arithmetic, probe_call, probe_copy_lists, probe_lookup
+    from agentic_rl.train.probes import (probe_arithmetic, probe_call, probe_copy_lists, probe_lookup,
+                                         probe_tool_call, probe_tool_hop, probe_tool_lookup)
 
     model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
-    probes = (probe_arithmetic, probe_copy_lists, probe_call, probe_lookup)
-    assert [probe(model, tokenizer, n=20) for probe in probes] == [0] * 4
+    probes = (probe_arithmetic, probe_copy_lists, probe_call, probe_lookup, probe_tool_call, probe_tool_lookup,
+              probe_tool_hop)
+    assert [probe(model, tokenizer, n=20) for probe in probes] == [0] * len(probes)
+
+
+def test_the_chat_layout_probes_ask_at_the_point_a_rollout_writes_the_call():
+    """Each tool probe's context is the start of the environment's own demonstration as a rollout's context holds
+    it, cut where the probed argument begins, and the answer it scores is what the demonstration writes there."""
+    from agentic_rl.agent.calculator_env import CalculatorEnv
+    from agentic_rl.agent.rollout import episode_text
+    from agentic_rl.agent.search_env import SearchEnv
+    from agentic_rl.agent.tool_format import ChatFormat
+    from agentic_rl.data.formats import build_prompt
+    from agentic_rl.models.loading import load_model_and_tokenizer
+    from agentic_rl.train import probes
+
+    _, tokenizer = load_model_and_tokenizer("embedded")
+    fmt = ChatFormat(tokenizer)
+    row, product, value, sign = probes._two_step_problems(40)[0]
+    calculator = CalculatorEnv()
+    demo = calculator.demonstration({**row, "ground_truth": row["answer"].rsplit("#### ", 1)[1]})
+    full = episode_text(fmt, build_prompt(row["question"], calculator.system_prompt), demo)
+    first = probes._chat_context(tokenizer, calculator.system_prompt, row["question"], [])
+    first += probes._call_prefix("calculator", "expression")
+    second = probes._chat_context(tokenizer, calculator.system_prompt, row["question"],
+                                  probes._calculator_call(product, value))
+    second += probes._call_prefix("calculator", "expression") + value
+    assert full.startswith(first + product + '"') and full.startswith(second + sign)
+
+    rows, texts = probes._world_questions(10, hops=(2,))
+    search = SearchEnv()
+    demo = search.demonstration({"question": rows[0]["question"], "ground_truth": rows[0]["answer"]})
+    full = episode_text(fmt, build_prompt(rows[0]["question"], search.system_prompt), demo)
+    hop = probes._chat_context(tokenizer, search.system_prompt, rows[0]["question"], demo[:2])
+    assert full.startswith(hop + probes._call_prefix("search", "query") + rows[0]["chain"][1] + '"')
 
 
 def test_embedded_names_the_shipped_folder_and_a_missing_one_is_one_line(monkeypatch, tmp_path):
@@ -85,21 +120,35 @@ def test_a_run_names_its_base_with_the_weights_sha256(tmp_path):
 
 
 def test_the_broad_corpus_holds_each_kind_in_its_share_and_no_test_question():
+    from agentic_rl.agent.tool_format import ChatFormat
     from agentic_rl.config import config_from_dict
-    from agentic_rl.train.pretrain import BROAD_MIX, PretrainConfig, build_corpus, evaluation_questions
+    from agentic_rl.models.loading import load_model_and_tokenizer
+    from agentic_rl.train.pretrain import (BROAD_MIX, EPISODE_SEARCH_SHARE, PretrainConfig, build_corpus,
+                                           evaluation_questions)
 
+    _, tokenizer = load_model_and_tokenizer("embedded")
     config = config_from_dict(PretrainConfig, {"corpus": "broad", "corpus_lines": 4000, "exclude_test": 200})
-    lines = build_corpus(config)
+    lines = build_corpus(config, ChatFormat(tokenizer))
     assert len(lines) == 4000
-    kinds = {"call": sum('{"expression": "' in line for line in lines),
-             "lists": sum(bool(re.fullmatch(r"[\d ]+ -> [\d ]+", line)) for line in lines),
-             "answer": sum("\n" in line for line in lines)}
+    episodes = [line for line in lines if line.startswith("<|im_start|>system\n")]
+    plain = [line for line in lines if not line.startswith("<|im_start|>")]
+    kinds = {"episode": len(episodes),
+             "call": sum('{"expression": "' in line for line in plain),
+             "lists": sum(bool(re.fullmatch(r"[\d ]+ -> [\d ]+", line)) for line in plain),
+             "answer": sum("\n" in line for line in plain)}
     assert kinds == {kind: round(4000 * BROAD_MIX[kind]) for kind in kinds}
-    world = [line for line in lines if '{"query": ' in line or '{"key": ' in line]
+    searches = [line for line in episodes if '"name": "search"' in line]
+    assert len(searches) == round(kinds["episode"] * EPISODE_SEARCH_SHARE)
+    assert all('"name": "calculator"' in line for line in episodes if line not in searches)
+    world = [line for line in plain if '{"query": ' in line or '{"key": ' in line]
     assert world and len(world) < 4000 * BROAD_MIX["world"]  # searches and notes are part of the world lines
-    questions = {line.split("\n")[0] for line in lines}
+    questions = {line.split("\n")[0] for line in plain}
+    questions |= {line.split("<|im_start|>user\n")[1].split("<|im_end|>")[0] for line in episodes}
     for source in ("synthetic", "synthetic:multiplication"):
         assert not questions & set(evaluation_questions(source, 200, 0))
+    without_template = build_corpus(config)  # the tokenizer's corpus: no chat template yet, so no episodes
+    assert len(without_template) == 4000 - kinds["episode"]
+    assert not any(line.startswith("<|im_start|>") for line in without_template)
 
 
 def test_the_tool_scaffold_makes_every_tools_call_a_few_tokens():

@@ -191,3 +191,22 @@ def test_re_rendering_the_conversation_would_change_earlier_turns_with_qwen3s_te
         assert "<think>\n\n</think>\n\n" in tokenizer.decode(first_context)
         assert not is_prefix(first_context, re_rendered)
     assert is_prefix(first_context, seen[1][1][0])  # the rollout's own next context is an extension either way
+
+
+def test_an_episodes_text_is_the_rollouts_sequence(tokenizer, monkeypatch):
+    """The text a pretraining corpus writes an episode as (:func:`agentic_rl.agent.rollout.episode_text`) encodes to
+    exactly the ids the rollout played, with either template; a memory log's feedback messages (``user``) too."""
+    from agentic_rl.agent.memory_env import MemoryEnv
+    from agentic_rl.agent.rollout import encode_episode, episode_text
+    from tests.test_memory_env import TASK as MEMORY_LOG
+
+    trajectories, _, fmt, tasks = play(tokenizer, monkeypatch)
+    schemas = [t.schema for t in CalculatorEnv().tools]
+    for traj, task in zip(trajectories, tasks):
+        text = episode_text(fmt, task["prompt"], traj.messages, schemas)
+        assert fmt.encode(text) == traj.prompt_ids + traj.completion_ids
+    messages = MemoryEnv().demonstration(MEMORY_LOG)
+    prompt = [{"role": "user", "content": MEMORY_LOG["question"]}]
+    prompt_ids, completion_ids, _ = encode_episode(fmt, prompt, messages)
+    assert any(m["role"] == "user" for m in messages)
+    assert fmt.encode(episode_text(fmt, prompt, messages)) == prompt_ids + completion_ids

@@ -37,7 +37,7 @@ tokens a model is fine-tuned on are spliced exactly as at rollout time.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -269,27 +269,46 @@ def encode_episode_turns(fmt: ChatFormat, prompt: list[dict[str, str]], messages
     """:func:`encode_episode` plus the (start, end) span of each assistant turn in the completion."""
     prompt_ids = fmt.prompt_ids(prompt, tools)
     completion, mask, spans = [], [], []
+    for role, run in _episode_pieces(messages):
+        if role == "assistant":
+            ids = fmt.turn_ids(run[0]["content"])
+            spans.append((len(completion), len(completion) + len(ids)))
+            completion += ids
+            mask += [int(bool(run[0].get("train", True)))] * len(ids)
+        else:
+            ids = fmt.observation_suffix_ids(run)
+            completion += ids
+            mask += [0] * len(ids)
+    return prompt_ids, completion, mask, spans
+
+
+def episode_text(fmt: ChatFormat, prompt: list[dict[str, str]], messages: list[dict[str, Any]],
+                 tools: list[dict] | None = None) -> str:
+    """A written episode as one text, spliced as :func:`encode_episode` splices its ids (the layout a rollout's
+    context has): the pretraining corpus writes episodes in the layout the stages read."""
+    parts = [fmt.prompt_text(prompt, tools)]
+    for role, run in _episode_pieces(messages):
+        parts.append(run[0]["content"] + fmt.end_of_turn if role == "assistant" else fmt.observation_suffix_text(run))
+    return "".join(parts)
+
+
+def _episode_pieces(messages: list[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """An episode's messages as ("assistant", [message]) and ("observation", [the run of observation messages])."""
     k = 0
     while k < len(messages):
         message = messages[k]
         if message["role"] == "assistant":
-            ids = fmt.turn_ids(message["content"])
-            spans.append((len(completion), len(completion) + len(ids)))
-            completion += ids
-            mask += [int(bool(message.get("train", True)))] * len(ids)
+            yield "assistant", [message]
             k += 1
         elif message["role"] in OBSERVATION_ROLES:
             run = []
             while k < len(messages) and messages[k]["role"] in OBSERVATION_ROLES:
                 run.append(messages[k])
                 k += 1
-            ids = fmt.observation_suffix_ids(run)
-            completion += ids
-            mask += [0] * len(ids)
+            yield "observation", run
         else:
             raise DataError(f"episode message {k} has role '{message['role']}'; expected assistant, "
                             f"{' or '.join(OBSERVATION_ROLES)}")
-    return prompt_ids, completion, mask, spans
 
 
 # ---------------------------------------------------------------------------------------------------------------

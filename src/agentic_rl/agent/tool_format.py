@@ -137,9 +137,7 @@ class ChatFormat:
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
         """Token ids of the conversation so far plus the generation prompt."""
-        text = self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
-                                                  add_generation_prompt=True, **self.kwargs)
-        return self.encode(text)
+        return self.encode(self.prompt_text(messages, tools))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -148,9 +146,18 @@ class ChatFormat:
         """An assistant turn as the model writes it: its text, then the end-of-turn token."""
         return self.encode(assistant_text) + [self.end_of_turn_id]
 
+    def prompt_text(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> str:
+        """The conversation so far plus the generation prompt, as text (what :meth:`prompt_ids` encodes)."""
+        return self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                                  add_generation_prompt=True, **self.kwargs)
+
     def observation_suffix_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """Tokens after an assistant turn's end token: a run of observation messages (role ``tool`` for tool
         results, ``user`` for feedback), then the next generation prompt."""
+        return self.encode(self.observation_suffix_text(messages))
+
+    def observation_suffix_text(self, messages: list[dict[str, str]]) -> str:
+        """:meth:`observation_suffix_ids` as text."""
         roles = sorted({m.get("role") for m in messages} - set(OBSERVATION_ROLES), key=str)
         if roles:
             raise ConfigError(f"an observation message has role {roles[0]!r}; environments answer with "
@@ -168,7 +175,7 @@ class ChatFormat:
         if marker not in full:
             raise ConfigError(f"the chat template does not end an assistant turn with {self.end_of_turn!r}; "
                               "multi-turn rollouts need a template where it does (Qwen-style)")
-        return self.encode(full[full.index(marker) + len(marker):])
+        return full[full.index(marker) + len(marker):]
 
     #: The earlier name (observations were tool messages only).
     tool_suffix_ids = observation_suffix_ids

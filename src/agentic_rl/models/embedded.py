@@ -7,7 +7,7 @@ It loads through the same code as a hub model (``models/loading.py``); only the 
 
 The folder ``models/embedded_base/`` holds the ``save_pretrained`` files (weights stored in float16, loaded in the
 stages' precision) and ``README.md``, the model card: its YAML header records the recipe, the corpus mix, the steps,
-the probe scores (:mod:`agentic_rl.models.probes`) and the weights' sha256, which a test checks against the file.
+the probe scores (:mod:`agentic_rl.train.probes`) and the weights' sha256, which a test checks against the file.
 
 Rebuild: ``make embedded-base`` (``scripts/build_embedded_base.py``: the pretrain stage with
 ``configs/embedded-base.yaml``, then the float16 copy and its card).

@@ -49,10 +49,13 @@ CORPORA = ("arithmetic", "arithmetic+copy", "broad")
 
 #: The ``broad`` corpus (the shipped embedded base's): share of the lines of each kind. Every embedded task's skill is
 #: in it: the arithmetic lines (facts, chains, question sentences), word problems followed by their worked steps
-#: (single-turn answers) and by their calculator calls (tool calls), number lists to copy, and lines of fictional
-#: worlds (their passages, searches, notes and name lists) for the search and memory environments.
-BROAD_MIX = {"arithmetic": 0.25, "answer": 0.225, "call": 0.225, "lists": 0.1, "world": 0.2}
+#: (single-turn answers) and by their calculator calls (tool calls), whole calculator and search episodes in the chat
+#: layout the stages read (system prompt, question, calls, tool results, answer), number lists to copy, and lines of
+#: fictional worlds (their passages, searches, notes and name lists) for the search and memory environments.
+BROAD_MIX = {"arithmetic": 0.25, "answer": 0.225, "call": 0.125, "episode": 0.1, "lists": 0.1, "world": 0.2}
 
+#: Share of the ``episode`` lines that are search episodes (the rest are calculator episodes).
+EPISODE_SEARCH_SHARE = 0.4
 
 @dataclass
 class PretrainConfig:
@@ -138,8 +141,11 @@ class PretrainConfig:
 # Data
 # ---------------------------------------------------------------------------------------------------------------
 
-def build_corpus(config: PretrainConfig) -> list[str]:
-    """The pretraining lines (deterministic by seed), with the held-out test questions excluded."""
+def build_corpus(config: PretrainConfig, chat_format=None) -> list[str]:
+    """The pretraining lines (deterministic by seed), with the held-out test questions excluded. The ``broad``
+    corpus's episodes are written with the chat template of ``chat_format`` (an
+    :class:`~agentic_rl.agent.tool_format.ChatFormat`); without one they are left out (the lines the tokenizer is
+    trained on, before it has a chat template)."""
     from agentic_rl.data.synthetic import CORPUS_MULTIPLICATION, arithmetic_corpus, copy_corpus, synthetic_splits
 
     test_questions = []
@@ -151,7 +157,7 @@ def build_corpus(config: PretrainConfig) -> list[str]:
                                                                            config.synthetic_seed,
                                                                            **CORPUS_MULTIPLICATION)[1]]
     if config.corpus == "broad":
-        return broad_corpus(config.corpus_lines, config.seed, exclude=test_questions)
+        return broad_corpus(config.corpus_lines, config.seed, exclude=test_questions, chat_format=chat_format)
     lines = arithmetic_corpus(config.corpus_lines - copy_lines, config.seed, exclude=test_questions)
     if copy_lines:
         lines += copy_corpus(copy_lines, config.seed, exclude=test_questions, layout=config.copy_layout)
@@ -159,8 +165,9 @@ def build_corpus(config: PretrainConfig) -> list[str]:
     return lines
 
 
-def broad_corpus(n_lines: int, seed: int, *, exclude: list[str]) -> list[str]:
-    """The ``broad`` corpus: :data:`BROAD_MIX` of ``n_lines`` lines, shuffled (deterministic by seed)."""
+def broad_corpus(n_lines: int, seed: int, *, exclude: list[str], chat_format=None) -> list[str]:
+    """The ``broad`` corpus: :data:`BROAD_MIX` of ``n_lines`` lines, shuffled (deterministic by seed); the episodes
+    only with a ``chat_format``."""
     from agentic_rl.data.synthetic import arithmetic_corpus, copy_corpus
     from agentic_rl.data.world import world_corpus
 
@@ -172,7 +179,53 @@ def broad_corpus(n_lines: int, seed: int, *, exclude: list[str]) -> list[str]:
     lines += copy_corpus(counts["call"], seed + 1, problem_fraction=1, exclude=exclude, layout="call")
     lines += copy_corpus(counts["lists"], seed + 2, problem_fraction=0)
     lines += world_corpus(counts["world"], seed)
+    if chat_format is not None:
+        lines += episode_corpus(counts["episode"], seed + 3, exclude=exclude, chat_format=chat_format)
     random.Random(seed).shuffle(lines)
+    return lines
+
+
+def episode_corpus(n_lines: int, seed: int, *, exclude: list[str], chat_format) -> list[str]:
+    """Whole episodes as a rollout's context holds them (:func:`agentic_rl.agent.rollout.episode_text`): the
+    environment's system prompt, the question, each tool call and its result, the answer. Calculator episodes on word
+    problems (the multiplication task and the arithmetic task, half each; the answer turn is the steps then the
+    answer, or the answer alone, half each) and search episodes on the corpus's own fictional worlds
+    (:data:`EPISODE_SEARCH_SHARE`; one search per entity of the question's chain, the passage found, the answer).
+
+    A base that has read the question, the calls and the results only in the compact ``call`` layout does not carry
+    what it reads there (the operation a verb asks for, the entity a question names) into the chat layout, where
+    template tokens and the tool's result stand between the question and the next call."""
+    from agentic_rl.agent.reference import ground_truth_of
+    from agentic_rl.agent.rollout import episode_text
+    from agentic_rl.agent.search_env import SEARCH_SYSTEM_PROMPT
+    from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT, demonstration
+    from agentic_rl.agent.tool_format import render_tool_call, tool_message
+    from agentic_rl.data.formats import build_prompt
+    from agentic_rl.data.synthetic import CORPUS_MULTIPLICATION, generate_synthetic
+    from agentic_rl.data.world import corpus_world, passages, questions
+
+    rng = random.Random(f"agentic-rl-episodes:{seed}")
+    n_search = int(round(n_lines * EPISODE_SEARCH_SHARE))
+    n_calculator = n_lines - n_search
+    rows = generate_synthetic(n_calculator // 2, seed=seed + 7_777_777, **CORPUS_MULTIPLICATION, exclude=exclude)
+    rows += generate_synthetic(n_calculator - n_calculator // 2, seed=seed + 8_888_888, exclude=exclude)
+    lines = []
+    for row in rows:
+        messages = demonstration({**row, "ground_truth": ground_truth_of(row["answer"])},
+                                 final_turn=rng.choice(("steps", "answer")))
+        lines.append(episode_text(chat_format, build_prompt(row["question"], AGENT_SYSTEM_PROMPT), messages))
+    index = 0
+    while len(lines) < n_lines:
+        world = corpus_world(seed, index, namespace="episodes")
+        texts = {p["title"]: p["text"] for p in passages(world)}
+        for row in questions(world, min(n_lines - len(lines), 150), seed=index):
+            messages = []
+            for title in row["chain"]:
+                messages += [{"role": "assistant", "content": render_tool_call("search", {"query": title})},
+                             tool_message("search", texts[title])]
+            messages.append({"role": "assistant", "content": f"Final Answer: {row['answer']}"})
+            lines.append(episode_text(chat_format, build_prompt(row["question"], SEARCH_SYSTEM_PROMPT), messages))
+        index += 1
     return lines
 
 
@@ -198,8 +251,8 @@ def pack_blocks(lines: list[str], tokenizer, seq_length: int) -> list[list[int]]
 
 def arithmetic_probe(model, tokenizer, n: int = 200) -> float:
     """Greedy completion of ``"a op b ="`` for ``n`` fresh facts; the share answered exactly right (the shipped base's
-    card records the same probe, :func:`agentic_rl.models.probes.probe_arithmetic`)."""
-    from agentic_rl.models.probes import probe_arithmetic
+    card records the same probe, :func:`agentic_rl.train.probes.probe_arithmetic`)."""
+    from agentic_rl.train.probes import probe_arithmetic
 
     return probe_arithmetic(model, tokenizer, n=n)
 
@@ -248,6 +301,10 @@ def run(config: PretrainConfig) -> dict[str, Any]:
             scaffold += world_tokenizer_lines(n_extra // 4, extra_seed)
         extra = default_tokenizer_corpus(n_extra, seed=extra_seed, scaffold=scaffold)
         tokenizer = train_tokenizer(lines + extra, vocab_size=config.vocab_size)
+    if config.corpus == "broad":  # the episodes are written with the tokenizer's chat template
+        from agentic_rl.agent.tool_format import ChatFormat
+
+        lines = build_corpus(config, ChatFormat(tokenizer))
     blocks = pack_blocks(lines, tokenizer, config.seq_length)
     rng = random.Random(config.seed)
     rng.shuffle(blocks)
