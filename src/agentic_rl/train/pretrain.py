@@ -57,6 +57,7 @@ BROAD_MIX = {"arithmetic": 0.25, "answer": 0.225, "call": 0.125, "episode": 0.1,
 #: Share of the ``episode`` lines that are search episodes (the rest are calculator episodes).
 EPISODE_SEARCH_SHARE = 0.4
 
+
 @dataclass
 class PretrainConfig:
     output_dir: str | None = setting(None, "run directory (default runs/pretrain); the model is saved in "
@@ -67,8 +68,9 @@ class PretrainConfig:
                                         "'arithmetic+copy' (a share copy_fraction of the lines replaced by copy "
                                         "lines: questions followed by their calculator expressions, repeated number "
                                         "lists) or 'broad' (the shipped embedded base's: arithmetic, worked "
-                                        "problems, calculator calls, number lists and fictional-world lines; "
-                                        "implies tool_call_tokens)", choices=list(CORPORA))
+                                        "problems, calculator calls, whole calculator and search episodes in the "
+                                        "chat layout, number lists and fictional-world lines; implies "
+                                        "tool_call_tokens)", choices=list(CORPORA))
     copy_fraction: float = setting(0.75, "with corpus 'arithmetic+copy': share of the lines that are copy lines (two "
                                          "thirds of them questions with their expressions, one third repeated number "
                                          "lists)")
