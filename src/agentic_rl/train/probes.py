@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from contextlib import contextmanager
 from typing import Any
 
 #: The probes, in the order a card lists them.
@@ -46,11 +47,8 @@ def _continue(model, tokenizer, texts: list[str], max_new_tokens: int, batch_siz
     import torch
 
     device = next(model.parameters()).device
-    was_training, old_side = model.training, tokenizer.padding_side
-    model.eval()
-    tokenizer.padding_side = "left"
     out: list[str] = []
-    try:
+    with _eval_left_padded(model, tokenizer):
         for i in range(0, len(texts), batch_size):
             enc = tokenizer([start + t for t in texts[i:i + batch_size]], return_tensors="pt", padding=True,
                             add_special_tokens=False).to(device)
@@ -58,10 +56,21 @@ def _continue(model, tokenizer, texts: list[str], max_new_tokens: int, batch_siz
                 ids = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                      pad_token_id=tokenizer.pad_token_id)
             out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    return out
+
+
+@contextmanager
+def _eval_left_padded(model, tokenizer):
+    """The model in eval mode and the tokenizer padding on the left (prompts end where generation starts), both put
+    back as they were afterwards."""
+    was_training, old_side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"
+    try:
+        yield
     finally:
         tokenizer.padding_side = old_side
         model.train(was_training)
-    return out
 
 
 def _test_rows(source: str, n: int) -> list[dict[str, Any]]:
@@ -138,11 +147,8 @@ def _sign_share(model, tokenizer, texts: list[str], signs: list[str], *, start: 
 
     plus, minus = tokenizer.convert_tokens_to_ids("+"), tokenizer.convert_tokens_to_ids("-")
     device = next(model.parameters()).device
-    was_training, old_side = model.training, tokenizer.padding_side
-    model.eval()
-    tokenizer.padding_side = "left"
     right = 0
-    try:
+    with _eval_left_padded(model, tokenizer):
         for i in range(0, len(texts), 100):
             enc = tokenizer([start + t for t in texts[i:i + 100]], return_tensors="pt", padding=True,
                             add_special_tokens=False).to(device)
@@ -150,9 +156,6 @@ def _sign_share(model, tokenizer, texts: list[str], signs: list[str], *, start: 
                 logits = model(**enc).logits[:, -1, :]
             for sign, row in zip(signs[i:i + 100], logits):
                 right += (row[plus] > row[minus]).item() == (sign == "+")
-    finally:
-        tokenizer.padding_side = old_side
-        model.train(was_training)
     return right / max(len(texts), 1)
 
 
