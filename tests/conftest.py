@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -134,6 +135,15 @@ def write_jsonl(path: Path, rows) -> Path:
 def read_jsonl(path: Path) -> list[dict]:
     """The rows of a JSONL file a run wrote: one JSON object a line, no blank lines."""
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def detail_sentences() -> list[re.Pattern]:
+    """One pattern per detail sentence the synthetic generator can add (``distractors``), its number as group 1."""
+    from agentic_rl.data.synthetic import DISTRACTORS, NAMES
+
+    names = "(?:" + "|".join(name for name, _ in NAMES) + ")"
+    return [re.compile(re.escape(t).replace(r"\{d\}", r"(\d+)").replace(r"\{friend\}", names)
+                       .replace(r"\{name\}", names)) for t in DISTRACTORS]
 
 
 # --- one config factory per stage: the small, fast settings the stage tests share --------------------------------

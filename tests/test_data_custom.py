@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from conftest import detail_sentences
+
 from agentic_rl.data import generate_synthetic, load_gsm8k, load_task_dataset, register_dataset, to_rl_dataset
 from agentic_rl.data.custom import parse_answer_text
 from agentic_rl.errors import ConfigError, DataError
@@ -44,8 +46,16 @@ def test_synthetic_source_is_deterministic_with_disjoint_splits():
     assert all(" * " in r["steps"][0] and int(r["ground_truth"]) >= 100 for r in mult)
     with pytest.raises(DataError, match="splits 'train' and 'test'"):
         load_task_dataset("synthetic", "validation")
-    with pytest.raises(ConfigError, match="only apply to source 'synthetic'"):
-        load_task_dataset("some/hub-id", "train", max_steps=2)
+
+
+def test_every_problem_of_the_distractor_task_holds_one_detail_sentence():
+    for split in ("train", "test"):
+        rows = load_task_dataset("synthetic:multiplication-distractor", split, synthetic_train_size=300,
+                                 synthetic_test_size=300).to_list()
+        assert {r["num_steps"] for r in rows} == {1, 2}
+        for row in rows:
+            assert sum(len(d.findall(row["question"])) for d in detail_sentences()) == 1, row["question"]
+            assert " * " in row["steps"][0]
 
 
 def test_gsm8k_folder_through_the_generic_loader_matches_load_gsm8k(gsm8k_dir):

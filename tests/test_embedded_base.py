@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from conftest import detail_sentences
+
 from agentic_rl.errors import ModelLoadError
 from agentic_rl.models import embedded
 from agentic_rl.models.embedded import (CARD_FILE, EMBEDDED_DIR, WEIGHTS_FILE, describe_base, file_sha256,
@@ -146,6 +148,9 @@ def test_the_broad_corpus_holds_each_kind_in_its_share_and_no_test_question():
     questions |= {line.split("<|im_start|>user\n")[1].split("<|im_end|>")[0] for line in episodes}
     for source in ("synthetic", "synthetic:multiplication"):
         assert not questions & set(evaluation_questions(source, 200, 0))
+    # The agentic task's questions each hold a detail sentence, which no line of the corpus does: the base has read
+    # none of them.
+    assert not [line for line in lines for detail in detail_sentences() if detail.search(line)]
     without_template = build_corpus(config)  # the tokenizer's corpus: no chat template yet, so no episodes
     assert len(without_template) == 4000 - kinds["episode"]
     assert not any(line.startswith("<|im_start|>") for line in without_template)

@@ -6,9 +6,10 @@ exact chat-template text when ``--model`` names a tokenizer) and the completion 
 of the ground-truth answers and question lengths.
 
 The source is anything ``load_task_dataset`` reads: ``synthetic`` (default), ``synthetic:multiplication``,
-``synthetic:world``, ``synthetic:memory``, ``gsm8k`` (the hub's ``openai/gsm8k``), a hub id, a local file or a folder of
-``train``/``test`` files (e.g. a copy of GSM8K as ``gsm8k/train.jsonl`` and ``gsm8k/test.jsonl`` with its
-``question`` and ``answer`` columns), with optional column mapping::
+``synthetic:multiplication-distractor``, ``synthetic:world``, ``synthetic:memory``, ``gsm8k`` (the hub's
+``openai/gsm8k``), a hub id, a local file or a folder of ``train``/``test`` files (e.g. a copy of GSM8K as
+``gsm8k/train.jsonl`` and ``gsm8k/test.jsonl`` with its ``question`` and ``answer`` columns), with optional column
+mapping::
 
     agentic-rl data preview
     agentic-rl data stats --source openai/gsm8k --split test
@@ -33,7 +34,8 @@ from agentic_rl.errors import ModelLoadError
 class DataCommandConfig:
     action: str = setting("preview", "preview: a few rows as the model sees them; stats: counts, step histogram, "
                                      "answer range", positional=True, choices=["preview", "stats"])
-    source: str = setting("synthetic", "synthetic, synthetic:multiplication, gsm8k, a hub dataset id, a "
+    source: str = setting("synthetic", "synthetic, synthetic:multiplication(-distractor), synthetic:world, "
+                                       "synthetic:memory, gsm8k, a hub dataset id, a "
                                        ".jsonl/.json/.parquet/.csv file, or a folder with train/test files")
     split: str = setting("train", "split to read (train or test)")
     n: int = setting(3, "rows to show in preview")

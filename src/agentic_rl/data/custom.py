@@ -3,10 +3,11 @@
 ``load_task_dataset(source, split, ...)`` is the one entry point the stages use. ``source`` is
 
 * a registered name: ``synthetic`` (the embedded task, deterministic train/test), ``synthetic:multiplication``
-  (the tool-use variant), ``synthetic:world`` (questions of 1 to 3 hops about a fictional world, answered by a
-  name: the ``search`` environment's task), ``synthetic:memory`` (event logs about the same world that end with a
-  question of 1 or 2 hops: the ``memory`` environment's task), ``gsm8k`` (the hub's ``openai/gsm8k``), or one added
-  with :func:`register_dataset`;
+  (the tool-use variant), ``synthetic:multiplication-distractor`` (the same, each problem with one detail sentence
+  whose number the answer does not use: the agentic preset's task), ``synthetic:world`` (questions of 1 to 3 hops
+  about a fictional world, answered by a name: the ``search`` environment's task), ``synthetic:memory`` (event logs
+  about the same world that end with a question of 1 or 2 hops: the ``memory`` environment's task), ``gsm8k`` (the
+  hub's ``openai/gsm8k``), or one added with :func:`register_dataset`;
 * ``module:function`` — your own function ``fn(split, seed) -> list[dict] | datasets.Dataset``;
 * a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file, or a folder holding ``train``/``test`` files;
 * a hub dataset id (``hub_config`` picks its config; ``openai/gsm8k`` uses ``main``).
@@ -163,6 +164,10 @@ def _memory_source(split: str, seed: int, *, train_size: int = 2000, test_size: 
 DATASETS: dict[str, Callable[..., Any]] = {
     "synthetic": _synthetic_source,
     "synthetic:multiplication": partial(_synthetic_source, kind="multiplication", max_steps=2),
+    # Every problem holds a detail sentence, a kind of line the embedded base's corpus never writes, so no test
+    # question of this task can be one the base has read.
+    "synthetic:multiplication-distractor": partial(_synthetic_source, kind="multiplication", max_steps=2,
+                                                   distractors=1.0),
     "synthetic:world": _world_source,
     "synthetic:memory": _memory_source,
     "gsm8k": _gsm8k_source,
