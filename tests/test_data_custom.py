@@ -46,6 +46,8 @@ def test_synthetic_source_is_deterministic_with_disjoint_splits():
     assert all(" * " in r["steps"][0] and int(r["ground_truth"]) >= 100 for r in mult)
     with pytest.raises(DataError, match="splits 'train' and 'test'"):
         load_task_dataset("synthetic", "validation")
+    with pytest.raises(ConfigError, match="only apply to source 'synthetic'"):
+        load_task_dataset("some/hub-id", "train", max_steps=2)
 
 
 def test_every_problem_of_the_distractor_task_holds_one_detail_sentence():
