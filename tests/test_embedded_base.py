@@ -77,7 +77,7 @@ def test_the_chat_layout_probes_ask_at_the_point_a_rollout_writes_the_call():
     from agentic_rl.agent.calculator_env import CalculatorEnv
     from agentic_rl.agent.rollout import episode_text
     from agentic_rl.agent.search_env import SearchEnv
-    from agentic_rl.agent.tool_format import ChatFormat
+    from agentic_rl.agent.tool_format import ChatFormat, tool_exchange
     from agentic_rl.data.formats import build_prompt
     from agentic_rl.models.loading import load_model_and_tokenizer
     from agentic_rl.train import probes
@@ -91,7 +91,7 @@ def test_the_chat_layout_probes_ask_at_the_point_a_rollout_writes_the_call():
     first = probes._chat_context(tokenizer, calculator.system_prompt, row["question"], [])
     first += probes._call_prefix("calculator", "expression")
     second = probes._chat_context(tokenizer, calculator.system_prompt, row["question"],
-                                  probes._calculator_call(product, value))
+                                  tool_exchange("calculator", {"expression": product}, value))
     second += probes._call_prefix("calculator", "expression") + value
     assert full.startswith(first + product + '"') and full.startswith(second + sign)
 

@@ -41,7 +41,7 @@ from typing import Any
 from agentic_rl.agent.env import ToolEnvironment
 from agentic_rl.agent.retrieval import Retriever, read_corpus, words
 from agentic_rl.agent.self_correct_env import stable_fraction
-from agentic_rl.agent.tool_format import render_tool_call, tool_message
+from agentic_rl.agent.tool_format import tool_exchange
 from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S
 from agentic_rl.config import check_range
 from agentic_rl.data.formats import accepted_answers
@@ -256,7 +256,6 @@ class SearchEnv(ToolEnvironment):
         messages: list[dict[str, Any]] = []
         if self.tools_enabled:
             for query in queries:
-                messages.append({"role": "assistant", "content": render_tool_call("search", {"query": query})})
-                messages.append(tool_message("search", self.search(query)))
+                messages += tool_exchange("search", {"query": query}, self.search(query))
         messages.append({"role": "assistant", "content": f"Final Answer: {answer}"})
         return messages

@@ -29,7 +29,7 @@ from typing import Any
 from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.agent.rollout import (context_start, context_views, context_window_of, encode_episode,
                                      encode_episode_turns, prompt_with_observation, reset_episode)
-from agentic_rl.agent.tool_format import ChatFormat, render_tool_call, tool_message
+from agentic_rl.agent.tool_format import ChatFormat, render_tool_call, tool_exchange
 from agentic_rl.data.formats import (CALC_STEP, SYSTEM_PROMPT, accepted_answers, build_prompt, format_solution,
                                     task_with_data)
 from agentic_rl.errors import DataError
@@ -96,9 +96,7 @@ def demonstration(row: dict[str, Any], *, tools: bool = True, tool_name: str = "
     messages: list[dict[str, str]] = []
     if tools:
         for expression, value in CALC_STEP.findall(row["answer"]):
-            messages.append({"role": "assistant",
-                             "content": render_tool_call(tool_name, {"expression": expression.strip()})})
-            messages.append(tool_message(tool_name, value.strip()))
+            messages += tool_exchange(tool_name, {"expression": expression.strip()}, value.strip())
     final = reference_answer(row["ground_truth"])
     steps = [] if messages and final_turn == "answer" else solution_steps(row["answer"])
     if [" ".join(step.split()) for step in steps] == [" ".join(final.split())]:

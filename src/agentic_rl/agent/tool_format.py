@@ -110,6 +110,11 @@ def tool_message(name: str | None, content: str) -> dict[str, str]:
     return message
 
 
+def tool_exchange(name: str, arguments: dict[str, Any], result: str) -> list[dict[str, str]]:
+    """One call and its result as an episode's messages: the assistant turn that calls ``name``, then the tool's."""
+    return [{"role": "assistant", "content": render_tool_call(name, arguments)}, tool_message(name, result)]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Token-level pieces of the chat template
 # ---------------------------------------------------------------------------------------------------------------

@@ -201,7 +201,7 @@ def episode_corpus(n_lines: int, seed: int, *, exclude: list[str], chat_format) 
     from agentic_rl.agent.rollout import episode_text
     from agentic_rl.agent.search_env import SEARCH_SYSTEM_PROMPT
     from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT, demonstration
-    from agentic_rl.agent.tool_format import render_tool_call, tool_message
+    from agentic_rl.agent.tool_format import tool_exchange
     from agentic_rl.data.formats import build_prompt
     from agentic_rl.data.synthetic import CORPUS_MULTIPLICATION, generate_synthetic
     from agentic_rl.data.world import corpus_world, passages, questions
@@ -223,8 +223,7 @@ def episode_corpus(n_lines: int, seed: int, *, exclude: list[str], chat_format) 
         for row in questions(world, min(n_lines - len(lines), 150), seed=index):
             messages = []
             for title in row["chain"]:
-                messages += [{"role": "assistant", "content": render_tool_call("search", {"query": title})},
-                             tool_message("search", texts[title])]
+                messages += tool_exchange("search", {"query": title}, texts[title])
             messages.append({"role": "assistant", "content": f"Final Answer: {row['answer']}"})
             lines.append(episode_text(chat_format, build_prompt(row["question"], SEARCH_SYSTEM_PROMPT), messages))
         index += 1

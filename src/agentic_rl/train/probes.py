@@ -193,13 +193,6 @@ def _chat_context(tokenizer, system_prompt: str, question: str, messages: list[d
     return episode_text(ChatFormat(tokenizer), build_prompt(question, system_prompt), messages)
 
 
-def _calculator_call(expression: str, value: str) -> list[dict[str, Any]]:
-    from agentic_rl.agent.tool_format import render_tool_call, tool_message
-
-    return [{"role": "assistant", "content": render_tool_call("calculator", {"expression": expression})},
-            tool_message("calculator", value)]
-
-
 def probe_tool_call(model, tokenizer, n: int = 100) -> float:
     from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT
     from agentic_rl.data.formats import CALC_STEP
@@ -214,9 +207,11 @@ def probe_tool_call(model, tokenizer, n: int = 100) -> float:
 
 def probe_tool_operation(model, tokenizer, n: int = 200) -> float:
     from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT
+    from agentic_rl.agent.tool_format import tool_exchange
 
     problems = _two_step_problems(n)
-    texts = [_chat_context(tokenizer, AGENT_SYSTEM_PROMPT, row["question"], _calculator_call(product, value))
+    texts = [_chat_context(tokenizer, AGENT_SYSTEM_PROMPT, row["question"],
+                           tool_exchange("calculator", {"expression": product}, value))
              + _call_prefix("calculator", "expression") + value for row, product, value, _ in problems]
     return _sign_share(model, tokenizer, texts, [sign for *_, sign in problems], start="")
 
@@ -243,13 +238,12 @@ def probe_tool_lookup(model, tokenizer, n: int = 100) -> float:
 
 def probe_tool_hop(model, tokenizer, n: int = 100) -> float:
     from agentic_rl.agent.search_env import SEARCH_SYSTEM_PROMPT
-    from agentic_rl.agent.tool_format import render_tool_call, tool_message
+    from agentic_rl.agent.tool_format import tool_exchange
 
     rows, texts = _world_questions(n, hops=(2, 3))
     contexts = []
     for r in rows:
-        first = [{"role": "assistant", "content": render_tool_call("search", {"query": r["chain"][0]})},
-                 tool_message("search", texts[r["chain"][0]])]
+        first = tool_exchange("search", {"query": r["chain"][0]}, texts[r["chain"][0]])
         contexts.append(_chat_context(tokenizer, SEARCH_SYSTEM_PROMPT, r["question"], first)
                         + _call_prefix("search", "query"))
     outputs = _continue(model, tokenizer, contexts, 12, start="")
