@@ -38,6 +38,26 @@ def test_kernels_restricted_to_avx2_count_as_a_cpu_without_bf16(monkeypatch):
     assert utils.default_mixed_precision() is False
 
 
+@pytest.mark.parametrize("user_value", [None, "512"])
+def test_importing_the_package_bounds_the_cpu_kernel_caches_and_keeps_a_users_value(user_value):
+    """bf16 matmuls add oneDNN / ideep cache entries for every new sequence length; the package bounds both caches
+    (benchmarks/bench_cpu_kernel_cache.py measures the memory) unless the user set the variables."""
+    import os
+    import subprocess
+    import sys
+
+    from agentic_rl import CPU_KERNEL_CACHE_CAPACITY
+
+    variables = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+    env = {k: v for k, v in os.environ.items() if k not in variables}
+    env.update({name: user_value for name in variables} if user_value else {})
+    shown = subprocess.run([sys.executable, "-c", "import os, agentic_rl; print(os.environ['ONEDNN_PRIMITIVE_CACHE_"
+                            "CAPACITY'], os.environ['LRU_CACHE_CAPACITY'])"], env=env, capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert shown == [user_value or CPU_KERNEL_CACHE_CAPACITY] * 2
+    assert int(CPU_KERNEL_CACHE_CAPACITY) < 1024  # the libraries' default, hundreds of MB on a bf16 stage
+
+
 @pytest.mark.parametrize("gpu_bf16", [True, False])
 def test_on_a_gpu_the_gpu_decides(monkeypatch, gpu_bf16):
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx512_bf16": not gpu_bf16})
