@@ -8,8 +8,8 @@ preset's ``sft:`` section from the shipped base, ``bf16`` on, for ``--steps`` st
 variables are read once per process) and in alternating order over ``--repeats``. Prints the median step time, the
 peak resident memory of each, their ratios, and whether the trained weights are the same bit for bit.
 
-On a CPU without bf16 instructions the bf16 matmuls are emulated and the caches matter less; the stages then train
-in fp32 by default.
+The runs force ``bf16`` on; a CPU without bf16 instructions emulates it, and its stages train in fp32 by default,
+so measure on a CPU that has them (AVX512-BF16 or AMX-BF16).
 
     python benchmarks/bench_cpu_kernel_cache.py --steps 200 --repeats 2
 """
