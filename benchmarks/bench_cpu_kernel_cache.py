@@ -30,7 +30,6 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 LIBRARY_DEFAULT = "1024"
 
 
@@ -49,12 +48,13 @@ def run_sft(out: Path, steps: int, seed: int) -> dict:
     runtime = [r["perf/train_runtime_s"] for r in read_jsonl(out / "metrics.jsonl") if "perf/train_runtime_s" in r]
     weights = Path(result["model_dir"]) / "model.safetensors"
     return {"seconds_per_step": runtime[-1] / steps, "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "capacity": os.environ[CACHE_VARIABLES[0]]}
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def child(capacity: str, out: Path, steps: int, seed: int, threads: int) -> dict:
-    env = {**os.environ, **{name: capacity for name in CACHE_VARIABLES}}
+    from agentic_rl import CPU_KERNEL_CACHE_VARIABLES
+
+    env = {**os.environ, **{name: capacity for name in CPU_KERNEL_CACHE_VARIABLES}}
     command = [sys.executable, __file__, "--child", str(out), "--steps", str(steps), "--seed", str(seed),
                "--threads", str(threads)]
     done = subprocess.run(command, capture_output=True, text=True, env=env)

@@ -11,6 +11,7 @@ __version__ = "0.2.0"
 #: libraries read the variables at their first use, so setting them here, before any matmul, is enough; a value the
 #: user set is kept.
 CPU_KERNEL_CACHE_CAPACITY = "64"
-for _variable in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+CPU_KERNEL_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+for _variable in CPU_KERNEL_CACHE_VARIABLES:
     os.environ.setdefault(_variable, CPU_KERNEL_CACHE_CAPACITY)
 del _variable
