@@ -157,6 +157,24 @@ def test_eval_with_and_without_tools_reports_both_and_the_environment_statistics
     assert {"success_at_1", "success_at_2"} <= set(with_tools)
     episodes = read_jsonl(tmp_path / "episodes_with_tools.jsonl")
     assert [m["role"] for m in episodes[0]["messages"]] == ["assistant", "user", "assistant"]
+    # no calculator in this environment: its episodes are not classed by calculator calls
+    assert "error_classes" not in metrics and not any("category" in e for e in episodes)
+
+
+def test_eval_in_the_calculator_environment_classes_each_wrong_episode_by_its_calls(tiny_model_dir, tmp_path):
+    from agentic_rl.eval.error_analysis import EPISODE_CATEGORIES
+    from agentic_rl.eval.evaluate import run as evaluate
+
+    evaluate(eval_config(tiny_model_dir, tmp_path, environment="calculator", dataset="synthetic", eval_samples=4,
+                         max_new_tokens=32, max_turn_tokens=16))
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    episodes = read_jsonl(tmp_path / "episodes_with_tools.jsonl")
+    wrong = [e for e in episodes if not e["correct"]]
+    assert wrong and all(e["category"] in EPISODE_CATEGORIES and e["category_reason"] for e in wrong)
+    assert not any("category" in e for e in episodes if e["correct"])
+    assert sum(metrics["error_classes"].values()) == len(wrong)
+    assert not any("category" in e for e in read_jsonl(tmp_path / "episodes_without_tools.jsonl"))
+    assert "Wrong episodes with tools" in (tmp_path / "report.md").read_text()
 
 
 class ParityJudge(Environment):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from agentic_rl.eval.error_analysis import (CATEGORIES, categorize, question_numbers, reference_intermediates,
-                                            summarize_errors)
+from agentic_rl.eval.error_analysis import (CATEGORIES, EPISODE_CATEGORIES, categorize, categorize_episode,
+                                            count_episode_errors, episode_calls, question_numbers,
+                                            reference_intermediates, reference_steps, summarize_errors)
 
 # A GSM8K-shaped row as load_task_dataset returns it (steps without annotations, raw answer with them).
 ROW = {
@@ -80,3 +83,62 @@ def test_summarize_errors_counts_shares_examples():
     assert [e["index"] for e in s["examples"]["format"]] == [0, 1]  # capped at num_examples
     assert s["examples"]["understanding"] == []
     assert summarize_errors([])["shares"]["format"] is None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Calculator episodes: each class from hand-made episodes
+# ---------------------------------------------------------------------------------------------------------------
+
+# A row of the embedded agentic task: a multiplication, a detail sentence ("23 days"), then one + step.
+TOOL_ROW = {"question": "Noah plants 26 rows of tulips with 57 tulips in each row. The job is done in 23 days. "
+                        "He plants 32 more tulips. What is the total now?",
+            "ground_truth": "1514", "steps": ["26 * 57 = 1482", "1482 + 32 = 1514"]}
+
+
+def tool_episode(*calls, answer="Final Answer: 1450"):
+    """An episode's messages as the rollout records them: each (expression, result) a call and its tool message."""
+    messages = []
+    for expression, result in calls:
+        messages.append({"role": "assistant", "content": "<tool_call>\n" + json.dumps(
+            {"name": "calculator", "arguments": {"expression": expression}}) + "\n</tool_call>"})
+        messages.append({"role": "tool", "content": result, "name": "calculator"})
+    return {"messages": messages + [{"role": "assistant", "content": answer}]}
+
+
+@pytest.mark.parametrize("calls, answer, category", [
+    ((), "Final Answer: 1514000", "no_call"),
+    ((("26*57", "1482"), ("1482 +", "error: invalid expression")), "Final Answer: 1482", "call_error"),
+    ((("26*57", "1482"), ("1482+32" * 40, "error: at most 200 characters")), "Final Answer: 1", "call_error"),
+    ((("26*75", "1950"),), "Final Answer: 1950", "miscopied_call"),                  # first call miscopied
+    ((("57*26", "1482"), ("1482+23", "1505")), "Final Answer: 1505", "miscopied_call"),  # the detail, not the step
+    ((("26*57", "1482"), ("1482-32", "1450")), "Final Answer: 1450", "wrong_operation"),
+    ((("26*57", "1482"), ("1482+32", "1514"), ("1514-2", "1512")), "Final Answer: 1512", "step_too_many"),
+    ((("26*57", "1482"),), "Final Answer: 1482", "step_left_out"),
+    ((("26*57", "1482"), ("1482+32", "1514")), "Final Answer: 1541", "answer_not_copied"),
+])
+def test_each_episode_category_from_hand_made_episodes(calls, answer, category):
+    got, reason = categorize_episode(tool_episode(*calls, answer=answer), TOOL_ROW)
+    assert got == category and reason
+
+
+def test_episode_calls_and_reference_steps_from_steps_or_annotations():
+    episode = tool_episode(("26*57", "1482"), ("1482+32", "1514"))
+    assert episode_calls(episode) == [("26*57", "1482"), ("1482+32", "1514")]
+    assert reference_steps(TOOL_ROW) == [("26 * 57", 1482.0), ("1482 + 32", 1514.0)]
+    # GSM8K's rows: steps in words, annotations in the answer; the annotations are the steps then
+    gsm8k = {"steps": ["She sells 16 - 3 - 4 = 9 eggs."],
+             "answer": "She sells 16 - 3 - 4 = <<16-3-4=9>>9 eggs.\nShe makes 9 * 2 = $<<9*2=18>>18.\n#### 18"}
+    assert reference_steps(gsm8k) == [("She sells 16 - 3 - 4", 9.0)]
+    assert reference_steps({"answer": gsm8k["answer"]}) == [("16-3-4", 9.0), ("9*2", 18.0)]
+    assert categorize_episode(tool_episode(("16-3-4", "9"), ("9*2", "18")), {"answer": gsm8k["answer"]})[0] == (
+        "answer_not_copied")
+    # a row without a reference solution gets no class
+    assert categorize_episode(episode, {"question": "q", "ground_truth": "1"}) is None
+
+
+def test_count_episode_errors():
+    episodes = [{"category": "step_left_out"}, {"category": "step_left_out"}, {"category": "no_call"}, {}]
+    counts = count_episode_errors(episodes)
+    assert list(counts) == list(EPISODE_CATEGORIES)
+    assert counts["step_left_out"] == 2 and counts["no_call"] == 1 and sum(counts.values()) == 3
+    assert count_episode_errors([{}, {"correct": True}]) is None

@@ -16,6 +16,8 @@ Categories, tested in this precedence order (the first that applies wins):
    one asked (stopped early, or returned a given).
 4. **reasoning** — everything else: the arithmetic written is correct and the answer is not a quantity of the
    problem, so the plan was wrong (wrong operation, missing or extra step).
+
+A wrong episode in the calculator environment is classed by its calls instead (:func:`categorize_episode`).
 """
 
 from __future__ import annotations
@@ -146,3 +148,100 @@ def summarize_errors(records: list[dict[str, Any]], num_examples: int = 3) -> di
             "counts": {c: counts.get(c, 0) for c in CATEGORIES},
             "shares": {c: (counts.get(c, 0) / len(wrong) if wrong else None) for c in CATEGORIES},
             "examples": examples}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Episodes with a calculator: each wrong episode's calls against the reference solution's steps
+# ---------------------------------------------------------------------------------------------------------------
+
+#: Classes of a wrong calculator episode (:func:`categorize_episode`).
+EPISODE_CATEGORIES = ("no_call", "call_error", "miscopied_call", "wrong_operation", "step_too_many",
+                      "step_left_out", "answer_not_copied")
+
+
+def reference_steps(row: dict[str, Any]) -> list[tuple[str, float]]:
+    """``(expression, value)`` of each step of the reference solution, from ``steps`` (``"26 * 57 = 1482"``), else
+    from the calculator annotations of ``answer`` / ``full_answer`` (``<<26*57=1482>>``); [] when the row has none."""
+    texts = [s for s in row.get("steps") or [] if "=" in s]
+    if not texts:
+        answer = str(row.get("answer") or row.get("full_answer") or "")
+        texts = [m.group(0)[2:-2] for m in re.finditer(r"<<[^<>=]*=[^<>]*>>", answer)]
+    steps = []
+    for text in texts:
+        expression, result = text.rsplit("=", 1)
+        value = _num(result.strip())
+        if value is not None:
+            steps.append((expression.strip(), value))
+    return steps
+
+
+def episode_calls(episode: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(expression, result)`` of each calculator call of an episode, in order: the call's ``expression`` argument
+    and the tool message that answered it (``messages`` as the rollout records them)."""
+    from agentic_rl.agent.tool_format import parse_tool_calls
+
+    calls: list[tuple[str, str]] = []
+    pending: list[str] = []
+    for message in episode.get("messages") or []:
+        if message.get("role") == "assistant":
+            for call in parse_tool_calls(str(message.get("content", "")))[1]:
+                arguments = call.arguments if isinstance(call.arguments, dict) else {}
+                pending.append(str(arguments.get("expression", call.raw if call.error else "")))
+        elif message.get("role") == "tool" and pending:
+            calls.append((pending.pop(0), str(message.get("content", ""))))
+    return calls + [(expression, "") for expression in pending]
+
+
+def categorize_episode(episode: dict[str, Any], row: dict[str, Any]) -> tuple[str, str] | None:
+    """``(category, reason)`` of a wrong calculator episode (:data:`EPISODE_CATEGORIES`), its calls compared, in
+    order, with the reference solution's steps by value (``57*26`` is ``26 * 57``); None when ``row`` has no reference
+    steps. A call whose value differs from its step's is a *wrong operation* when it uses the step's numbers, else a
+    *miscopied call*; calls beyond the reference's are *a step too many* (e.g. a number the answer does not use read as
+    a step), fewer are *a step left out*; all right but the answer not the last result is *answer not copied*.
+
+    >>> row = {"steps": ["26 * 57 = 1482", "1482 + 32 = 1514"]}
+    >>> def episode(*calls):
+    ...     messages = []
+    ...     for expression, result in calls:
+    ...         messages += [{"role": "assistant", "content": '<tool_call>{"name": "calculator", "arguments": '
+    ...                       f'{{"expression": "{expression}"}}}}</tool_call>'}, {"role": "tool", "content": result}]
+    ...     return {"messages": messages + [{"role": "assistant", "content": "Final Answer: 1"}]}
+    >>> categorize_episode(episode(("57*26", "1482"), ("1482-32", "1450")), row)[0]
+    'wrong_operation'
+    >>> categorize_episode(episode(("57*26", "1482")), row)[0]
+    'step_left_out'
+    >>> categorize_episode(episode(("57*26", "1482"), ("1482+32", "1514"), ("1514-2", "1512")), row)[0]
+    'step_too_many'
+    >>> categorize_episode(episode(("57*62", "3534")), row)[0]
+    'miscopied_call'
+    """
+    steps = reference_steps(row)
+    if not steps:
+        return None
+    calls = episode_calls(episode)
+    if not calls:
+        return "no_call", "answered without a calculator call"
+    for number, (expression, result) in enumerate(calls, 1):
+        value = None if result.strip().lower().startswith("error") else _num(result.strip())
+        if value is None:  # the calculator's refusals read "error: ..."
+            return "call_error", f"call {number} ({expression}) returned {result.strip()[:60] or 'nothing'}"
+        if number > len(steps):
+            return "step_too_many", f"call {number} ({expression}) after the reference's {len(steps)} step(s)"
+        step_expression, step_value = steps[number - 1]
+        if _close(value, step_value):
+            continue
+        if sorted(numbers_in(expression)) == sorted(numbers_in(step_expression)):
+            return "wrong_operation", f"call {number} is {expression}, the reference step {step_expression}"
+        return "miscopied_call", f"call {number} is {expression}, the reference step {step_expression}"
+    if len(calls) < len(steps):
+        return "step_left_out", f"{len(calls)} call(s) for the reference's {len(steps)} step(s)"
+    return "answer_not_copied", f"every call right, the answer is not the last result ({calls[-1][1].strip()})"
+
+
+def count_episode_errors(episodes: list[dict[str, Any]]) -> dict[str, int] | None:
+    """How many wrong episodes fall in each :data:`EPISODE_CATEGORIES` (those with a ``category``), or None when
+    none has one (no reference steps, or no wrong episode)."""
+    counts = Counter(e["category"] for e in episodes if e.get("category"))
+    if not counts:
+        return None
+    return {c: counts.get(c, 0) for c in EPISODE_CATEGORIES}

@@ -458,12 +458,15 @@ def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]]
     over all episodes; also under ``accuracy_strict``, the single-turn headline name), ``accuracy_without_tools``,
     when sampling ``pass@k`` for each k of ``config.pass_at_k``, the tool and environment statistics of the
     with-tools episodes at the top level and both settings' statistics under ``with_tools`` / ``without_tools``
-    (``without_tools=False`` skips that setting: tune scores trials with tools only). With ``output_dir``:
+    (``without_tools=False`` skips that setting: tune scores trials with tools only), and, where the rows have
+    reference steps, ``error_classes``: the wrong with-tools episodes per class of
+    :func:`agentic_rl.eval.error_analysis.categorize_episode`. With ``output_dir``:
     ``metrics.json``, ``episodes_with_tools.jsonl``, ``episodes_without_tools.jsonl`` and ``report.md``.
     ``progress``: draw a progress bar over the episodes (the ``eval`` command does)."""
     from agentic_rl.agent.settings import environment_system_prompt
     from agentic_rl.data.formats import resolve_system_prompt
     from agentic_rl.eval.episodes import evaluate_episodes
+    from agentic_rl.eval.error_analysis import count_episode_errors
     from agentic_rl.utils import write_json, write_jsonl
 
     if isinstance(model_or_path, (str, Path)):
@@ -499,6 +502,9 @@ def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]]
         **settings, "timing": {"generation_seconds": time.perf_counter() - start},
         "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "models"},
     }
+    error_classes = count_episode_errors(episodes["with_tools"])
+    if error_classes is not None:
+        metrics["error_classes"] = error_classes
     if output_dir is not None:
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -521,6 +527,11 @@ def environment_report(metrics: dict[str, Any]) -> str:
         stats = metrics.get(tools_setting) or {}
         lines.append(f"| {tools_setting.replace('_', ' ')} | "
                      + " | ".join(f"{stats[k]:.3f}" if k in stats else "" for k in keys) + " |")
+    classes = metrics.get("error_classes")
+    if classes:
+        lines += ["", "Wrong episodes with tools, by their calls against the reference solution's steps "
+                  "(`agentic_rl.eval.error_analysis.categorize_episode`): "
+                  + ", ".join(f"{name.replace('_', ' ')} {n}" for name, n in classes.items()) + "."]
     return "\n".join(lines) + "\n"
 
 
