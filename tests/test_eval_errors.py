@@ -125,7 +125,7 @@ def test_episode_calls_and_reference_steps_from_steps_or_annotations():
     episode = tool_episode(("26*57", "1482"), ("1482+32", "1514"))
     assert episode_calls(episode) == [("26*57", "1482"), ("1482+32", "1514")]
     assert reference_steps(TOOL_ROW) == [("26 * 57", 1482.0), ("1482 + 32", 1514.0)]
-    # GSM8K's rows: steps in words, annotations in the answer; the annotations are the steps then
+    # GSM8K's rows: the steps in words are read first; a row with only the answer gives its annotations
     gsm8k = {"steps": ["She sells 16 - 3 - 4 = 9 eggs."],
              "answer": "She sells 16 - 3 - 4 = <<16-3-4=9>>9 eggs.\nShe makes 9 * 2 = $<<9*2=18>>18.\n#### 18"}
     assert reference_steps(gsm8k) == [("She sells 16 - 3 - 4", 9.0)]

@@ -165,7 +165,7 @@ def reference_steps(row: dict[str, Any]) -> list[tuple[str, float]]:
     texts = [s for s in row.get("steps") or [] if "=" in s]
     if not texts:
         answer = str(row.get("answer") or row.get("full_answer") or "")
-        texts = [m.group(0)[2:-2] for m in re.finditer(r"<<[^<>=]*=[^<>]*>>", answer)]
+        texts = [m.group(0)[2:-2] for m in _ANNOTATION_RESULT.finditer(answer)]
     steps = []
     for text in texts:
         expression, result = text.rsplit("=", 1)
