@@ -4,6 +4,8 @@ sampling, modes and adapters; GRPO's sampling through the same loop."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -320,3 +322,138 @@ def test_compact_rollout_renders_like_trl_and_samples_the_naive_greedy_tokens(mo
     reference = generate_one_by_one(model, tok, prompts, max_new_tokens=8)
     assert [tok.decode(ids, skip_special_tokens=True) for ids in out["completion_ids"]] == [r.text for r in reference]
     assert [len(ids) for ids in out["completion_ids"]] == [r.num_tokens for r in reference]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The turn cache: a turn starts from the keys and values of the episode's earlier tokens
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_turn_cache_reuses_the_stored_tokens_that_begin_a_context_and_keeps_within_its_budget():
+    from agentic_rl.models.generate import TurnCache
+
+    layers = [(torch.zeros(2, 4, 8), torch.zeros(2, 4, 8))]  # one layer: 2 kv heads, 4 tokens, head dim 8
+    cache = TurnCache(max_bytes=2 * 2 * 4 * 8 * 4)  # room for exactly one such entry (float32)
+    cache.store("a", [5, 6, 7, 8], layers)
+    assert cache.reusable("a", [5, 6, 7, 8, 9, 10])[0] == 4  # the whole entry begins the context
+    assert cache.reusable("a", [5, 6, 1, 8, 9])[0] == 2  # a dropped or changed token ends the match there
+    assert cache.reusable("a", [5, 6, 7, 8])[0] == 3  # the last token is prefilled: its logits start the turn
+    assert cache.reusable("a", [9])[0] == 0 and cache.reusable("b", [5, 6, 7, 8, 9]) == (0, [])
+    cache.store("b", [5, 6, 7, 8], layers)  # over the budget: not kept
+    assert "b" not in cache.entries and cache.bytes == 2 * 2 * 4 * 8 * 4
+    cache.store("a", [5, 6, 7, 8], layers)  # replacing an entry frees its bytes first
+    assert cache.bytes == 2 * 2 * 4 * 8 * 4 and list(cache.entries) == ["a"]
+    assert TurnCache(0).store("a", [5], layers) is None and not TurnCache(0).entries
+
+
+@pytest.mark.parametrize("prefill_chunk, remove_fraction", [(None, None), (2, None), (None, 1)])
+def test_a_turn_from_the_cache_generates_what_prefilling_its_whole_context_does(early_stopping, prefill_chunk,
+                                                                                remove_fraction, monkeypatch):
+    """Two turns: the second turn's contexts are the first turn's plus its completion (ended or cut) and an
+    observation of a different length per context; one context lost a token of its beginning (as when a context window
+    drops a turn) and one has no entry. From the cache the second turn prefills only what is new and generates the
+    same tokens as from nothing. Prefill chunk 2 joins chunks of different past and new widths; remove fraction 1
+    keeps ended rows riding along until all have ended, so their caches hold tokens after their stop token."""
+    import agentic_rl.models.generate as generation
+    from agentic_rl.models.generate import TurnCache
+
+    if prefill_chunk:
+        monkeypatch.setattr(generation, "PREFILL_CHUNK", prefill_chunk)
+    if remove_fraction:
+        monkeypatch.setattr(generation, "REMOVE_FRACTION", remove_fraction)
+    model, tok, prompts = early_stopping
+    stops = model.generation_config.eos_token_id
+    first = [tok(render_prompt(tok, p), add_special_tokens=False)["input_ids"] for p in prompts]
+    keys = [f"episode {i}" for i in range(len(first))]
+    cache = TurnCache.for_model(model)
+    settings = dict(max_new_tokens=12, stop_ids=stops, pad_id=tok.pad_token_id, engine="compact")
+    new = generate_token_ids(model, first, turn_cache=cache, cache_keys=keys, **settings)
+    assert new == generate_token_ids(model, first, **settings)  # storing changes nothing
+    assert len({len(ids) for ids in new}) > 1 and sorted(cache.entries) == sorted(keys)
+    observation = tok("The calculator says 1081.", add_special_tokens=False)["input_ids"]
+    second = [c + n + observation[:3 + i] for i, (c, n) in enumerate(zip(first, new))]
+    second[1] = second[1][:4] + second[1][5:]  # a token of its beginning gone: reused up to there only
+    keys[2] = "an episode without an entry"
+    assert [cache.reusable(k, c)[0] for k, c in zip(keys, second)][3:] >= [len(c) for c in first][3:]
+    assert cache.reusable(keys[1], second[1])[0] == 4 and cache.reusable(keys[2], second[2])[0] == 0
+    widths = []
+    original = model.forward
+
+    def recording_forward(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:  # the tokens run through the model, padding not counted
+            widths.append(int(kwargs["attention_mask"][:, -kwargs["input_ids"].shape[1]:].sum()))
+        return original(*args, **kwargs)
+
+    recording_forward.__signature__ = inspect.signature(original)  # the decode loop reads the forward's keywords
+    monkeypatch.setattr(model, "forward", recording_forward)
+    whole = generate_token_ids(model, second, **settings)
+    prefilled_whole, widths[:] = sum(widths), []
+    reused = [cache.reusable(k, c)[0] for k, c in zip(keys, second)]
+    assert generate_token_ids(model, second, turn_cache=cache, cache_keys=keys, **settings) == whole
+    assert sum(widths) == sum(len(c) - n for c, n in zip(second, reused)) < prefilled_whole / 2
+    assert len({tuple(ids) for ids in whole}) > 1
+
+
+def test_the_padded_engine_ignores_the_turn_cache_and_keys_are_required(model_and_tokenizer):
+    from agentic_rl.models.generate import TurnCache
+
+    model, tok = model_and_tokenizer
+    contexts = [tok("What is 2 + 3?", add_special_tokens=False)["input_ids"]]
+    cache = TurnCache.for_model(model)
+    settings = dict(max_new_tokens=4, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
+    assert generate_token_ids(model, contexts, engine="padded", turn_cache=cache, cache_keys=[0], **settings) \
+        == generate_token_ids(model, contexts, engine="padded", **settings)
+    assert not cache.entries
+    with pytest.raises(ValueError, match="one cache key per context"):
+        generate_token_ids(model, contexts, turn_cache=cache, **settings)
+
+
+@pytest.mark.parametrize("window", [None, 1])
+def test_episodes_played_with_the_turn_cache_are_the_ones_played_without(model_and_tokenizer, window, monkeypatch):
+    """Three-turn episodes (feedback after each of the first two turns, of a different length per episode): the same
+    trajectories with and without the cache, and fewer tokens prefilled with it; with a context window of one turn
+    the third turn's context has dropped the first, and the cache is used up to there."""
+    from agentic_rl.agent.env import Environment, StepResult
+    from agentic_rl.agent.rollout import RolloutSettings, run_episodes
+    from agentic_rl.agent.tasks import agent_rows
+    from agentic_rl.agent.tool_format import ChatFormat
+
+    class Feedback(Environment):
+        max_turns = 3
+        context_window = window
+
+        def reset(self, task):
+            self.turn, self.words = 0, len(task["question"].split())
+            return None
+
+        def step(self, assistant_text):
+            self.turn += 1
+            done = self.turn == self.max_turns
+            note = [] if done else [{"role": "user", "content": f"Not yet: {self.words * self.turn} is wrong."}]
+            return StepResult(observation=note, reward=0.0, done=done)
+
+    model, tok = model_and_tokenizer
+    fmt = ChatFormat(tok, {"enable_thinking": False})
+    tasks = agent_rows([{"question": q, "answer": "#### 5"} for q in QUESTIONS])
+    settings = RolloutSettings(max_turn_tokens=10, max_completion_length=200, do_sample=False)
+    prefilled = []
+    original = model.forward
+
+    def counting_forward(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:  # the tokens run through the model, padding not counted
+            prefilled.append(int(kwargs["attention_mask"][:, -kwargs["input_ids"].shape[1]:].sum()))
+        return original(*args, **kwargs)
+
+    counting_forward.__signature__ = inspect.signature(original)  # the decode loop reads the forward's keywords
+    monkeypatch.setattr(model, "forward", counting_forward)
+    played, tokens = {}, {}
+    for reuse in (False, True):
+        prefilled.clear()
+        played[reuse] = run_episodes(model, tok, [Feedback() for _ in tasks], tasks, [t["prompt"] for t in tasks],
+                                     settings, fmt, reuse_cache=reuse)
+        tokens[reuse] = sum(prefilled)
+    assert all(t.turns == 3 for t in played[True])
+    assert [t.summary() for t in played[True]] == [t.summary() for t in played[False]]
+    assert [(t.prompt_ids, t.completion_ids, t.context_starts) for t in played[True]] \
+        == [(t.prompt_ids, t.completion_ids, t.context_starts) for t in played[False]]
+    assert all((t.context_starts[-1] > 0) == bool(window) for t in played[True])
+    assert tokens[True] < tokens[False] * 0.8

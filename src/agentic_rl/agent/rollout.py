@@ -101,15 +101,18 @@ class Trajectory:
 # ---------------------------------------------------------------------------------------------------------------
 
 def generate_batch(model, contexts: list[list[int]], *, max_new_tokens: int, stop_ids: list[int], pad_id: int,
-                   do_sample: bool, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0) -> list[list[int]]:
+                   do_sample: bool, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                   turn_cache=None, cache_keys: list | None = None) -> list[list[int]]:
     """New tokens for each context, each cut just after its first stop token: the project's one decoding function
-    (:func:`agentic_rl.models.generate.generate_token_ids`), greedy unless ``do_sample``."""
+    (:func:`agentic_rl.models.generate.generate_token_ids`), greedy unless ``do_sample``; ``turn_cache`` and
+    ``cache_keys`` are its own (the episodes' keys and values kept between turns)."""
     from agentic_rl.models.generate import generate_token_ids
 
     if do_sample and temperature <= 0:
         raise ValueError(f"sampling needs a temperature > 0, got {temperature}")
     return generate_token_ids(model, contexts, max_new_tokens=max_new_tokens, stop_ids=stop_ids, pad_id=pad_id,
-                              temperature=temperature if do_sample else 0.0, top_p=top_p, top_k=top_k)
+                              temperature=temperature if do_sample else 0.0, top_p=top_p, top_k=top_k,
+                              turn_cache=turn_cache, cache_keys=cache_keys)
 
 
 def _decode_turn(tokenizer, ids: list[int], fmt: ChatFormat) -> str:
@@ -152,8 +155,11 @@ def prompt_with_observation(prompt: list[dict[str, Any]], observation: Any) -> l
 
 def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str, Any]],
                  prompts: list[list[dict[str, str]]], settings: RolloutSettings,
-                 chat_format: ChatFormat | None = None) -> list[Trajectory]:
-    """Play one episode per (env, task, prompt), all in lock-step batches (one generate call per turn)."""
+                 chat_format: ChatFormat | None = None, reuse_cache: bool = True) -> list[Trajectory]:
+    """Play one episode per (env, task, prompt), all in lock-step batches (one generate call per turn).
+
+    Each episode's keys and values are kept from one turn to the next (``reuse_cache``,
+    :class:`agentic_rl.models.generate.TurnCache`), so a turn prefills only the tokens added since the last one."""
     if not (len(envs) == len(tasks) == len(prompts)):
         raise ValueError("run_episodes needs as many environments as tasks and prompts")
     fmt = chat_format or ChatFormat(tokenizer, settings.chat_template_kwargs)
@@ -166,6 +172,11 @@ def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str
 
     windows = [context_window_of(env) for env in envs]
     active = list(range(len(trajectories)))
+    turn_cache = None
+    if reuse_cache:
+        from agentic_rl.models.generate import TurnCache
+
+        turn_cache = TurnCache.for_model(model)
     while active:
         budgets = [settings.max_completion_length - len(trajectories[i].completion_ids) for i in active]
         for i in active:
@@ -176,7 +187,7 @@ def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str
                     for i in active],
             max_new_tokens=max(1, min(settings.max_turn_tokens, max(budgets))), stop_ids=fmt.stop_ids,
             pad_id=pad_id, do_sample=settings.do_sample, temperature=settings.temperature, top_p=settings.top_p,
-            top_k=settings.top_k)
+            top_k=settings.top_k, turn_cache=turn_cache, cache_keys=active)
         still_active = []
         for i, ids, budget in zip(active, new_ids, budgets):
             traj, env = trajectories[i], envs[i]

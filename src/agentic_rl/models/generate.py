@@ -12,7 +12,9 @@ Two engines (:func:`generate_token_ids`):
 * ``compact`` (the default wherever the model allows it): the project's own decode loop. A prefix every prompt
   shares (the system prompt) is prefilled once; the prompts are prefilled from there in chunks and joined into one
   decode batch over a KV cache allocated once; a sequence leaves the batch the step it ends, so each step costs
-  what the running sequences cost and a large batch does not wait for its longest member.
+  what the running sequences cost and a large batch does not wait for its longest member. Between the turns of a
+  multi-turn rollout each episode's keys and values are kept (:class:`TurnCache`), so a turn prefills only the
+  tokens added since the last one (the observation and the next generation prompt), not the whole episode again.
   Evaluation completions are short and of uneven length, which is exactly where padded batches waste their work.
 * ``padded``: ``model.generate`` on padded batches (the fallback for models the loop cannot drive: encoder-decoders,
   sliding-window or hybrid caches, forwards without ``logits_to_keep``).
@@ -124,9 +126,60 @@ def _eos_ids(model, tokenizer) -> list[int]:
 ENGINES = ("auto", "compact", "padded")
 
 
+class TurnCache:
+    """The keys and values of each episode's tokens so far, kept from one turn of a multi-turn rollout to the next:
+    a turn then prefills only what came after them (the rest of the last turn, the observation, the next generation
+    prompt) instead of the whole episode again.
+
+    Entries are keyed by the caller (an episode's index) and hold the tokens they cover; an entry is used as far as
+    its tokens begin the next context (a context window that dropped early turns ends the match there, and the rest is
+    prefilled). The keys and values belong to the weights that computed them: one cache per rollout, never kept
+    across an optimizer step. An entry that would take the cache past ``max_bytes`` is not kept (that episode is
+    prefilled in full next turn).
+    """
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes, self.bytes = max_bytes, 0
+        self.entries: dict = {}
+
+    @classmethod
+    def for_model(cls, model) -> TurnCache:
+        """A cache that may hold a quarter of the free GPU memory, or 2 GiB on a CPU."""
+        device = _model_device(model)
+        if device.type == "cuda":
+            return cls(torch.cuda.mem_get_info(device)[0] // 4)
+        return cls(2 * 1024**3)
+
+    def reusable(self, key, context: list[int]) -> tuple[int, list]:
+        """(n, per-layer keys and values): the first n tokens of ``context`` are cached, n < len(context) (the last
+        token's logits start the next turn, so at least one token is prefilled)."""
+        entry = self.entries.get(key)
+        if entry is None:
+            return 0, []
+        ids, layers = entry
+        limit = min(len(ids), len(context) - 1)
+        n = next((k for k in range(limit) if ids[k] != context[k]), limit)
+        return n, layers
+
+    def store(self, key, ids: list[int], layers: list) -> None:
+        """Keep ``layers`` (per layer (keys, values), each (kv heads, len(ids), head dim)) as the cache of ``ids``."""
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.bytes -= _cache_bytes(old[1])
+        size = _cache_bytes(layers)
+        if self.bytes + size <= self.max_bytes:
+            self.entries[key] = (list(ids), layers)
+            self.bytes += size
+
+
+def _cache_bytes(layers) -> int:
+    return sum(t.numel() * t.element_size() for pair in layers for t in pair)
+
+
 def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int, stop_ids: list[int], pad_id: int,
                        temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, batch_size: int | None = None,
-                       engine: str = "auto", progress: str | None = None) -> list[list[int]]:
+                       engine: str = "auto", progress: str | None = None, turn_cache: TurnCache | None = None,
+                       cache_keys: list | None = None) -> list[list[int]]:
     """New tokens for each token context, in order, each cut just after its first stop token (kept).
 
     The one decoding function of the project (evaluation, GRPO's held-out checks, GRPO's sampling with
@@ -140,6 +193,10 @@ def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int,
     allows it (a decoder-only model with plain full-attention cache layers), else ``padded``.
 
     ``progress``: the label of a progress bar (with a time estimate) over the contexts; None draws none.
+
+    ``turn_cache`` with ``cache_keys`` (one per context): the compact engine starts each context from the keys and
+    values the cache holds for its key (as far as they cover the context's beginning) and stores each context's
+    cache, generated tokens included, under its key afterwards; the padded engine neither reads nor writes it.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
@@ -155,7 +212,9 @@ def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int,
     if batch_size is None:
         longest = len(contexts[order[0]]) + max_new_tokens
         batch_size = auto_batch_size(model, longest, len(contexts), compact=engine == "compact")
-    decode = _decode_compact if engine == "compact" else _decode_padded
+    reuse = turn_cache is not None and engine == "compact"
+    if reuse and (cache_keys is None or len(cache_keys) != len(contexts)):
+        raise ValueError("a turn_cache needs one cache key per context")
     sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k)
     results: list[list[int]] = [[] for _ in contexts]
     stops = set(stop_ids)
@@ -165,11 +224,20 @@ def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int,
     with torch.inference_mode(), bar:
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
-            new = decode(model, [contexts[i] for i in idx], max_new_tokens=max_new_tokens, stop_ids=stop_ids,
-                         pad_id=pad_id, **sampling)
-            for i, ids in zip(idx, new.tolist()):  # (len(idx), <= max_new_tokens), stop-then-padding at the end
+            batch = [contexts[i] for i in idx]
+            if engine == "compact":
+                past = [turn_cache.reusable(cache_keys[i], contexts[i]) for i in idx] if reuse else None
+                new, kept = _decode_compact(model, batch, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
+                                            pad_id=pad_id, past=past, keep_cache=reuse, **sampling)
+            else:
+                new, kept = _decode_padded(model, batch, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
+                                           pad_id=pad_id, **sampling), None
+            for j, (i, ids) in enumerate(zip(idx, new.tolist())):  # (len(idx), max_new_tokens), stop then padding
                 cut = next((k + 1 for k, t in enumerate(ids) if t in stops), len(ids))
                 results[i] = ids[:cut]
+                if kept is not None:
+                    n_new, layers = kept[j]
+                    turn_cache.store(cache_keys[i], contexts[i] + ids[:n_new], layers)
             bar.update(len(idx))
     return results
 
@@ -251,6 +319,11 @@ class PreallocatedLayer(DynamicLayer):
         self.value_buffer[rows, :, width - values.shape[2]:width] = values
         self._refresh()
 
+    def filled(self, length: int) -> None:
+        """Mark the first ``length`` positions as holding keys and values (after the prefill wrote them)."""
+        self.length = length
+        self._refresh()
+
     def _refresh(self) -> None:
         self.keys = self.key_buffer[:, :, :self.length]
         self.values = self.value_buffer[:, :, :self.length]
@@ -299,9 +372,10 @@ def shared_prefix_length(contexts: list[list[int]]) -> int:
     return int(differs[0]) if len(differs) else limit
 
 
-def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temperature, top_p, top_k):
-    """A decode loop that removes ended sequences from the batch; returns (B, max_new_tokens) new tokens on the CPU,
-    ``pad_id`` after a sequence's stop token. ``contexts`` come longest first.
+def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temperature, top_p, top_k, past=None,
+                    keep_cache=False):
+    """A decode loop that removes ended sequences from the batch; returns ((B, max_new_tokens) new tokens on the CPU,
+    ``pad_id`` after a sequence's stop token; the kept caches or None). ``contexts`` come longest first.
 
     Same arithmetic per sequence as ``model.generate``: left padding hidden by the attention mask, positions counted
     from each sequence's first real token, logits of the last position only, argmax (or temperature, top-k, top-p,
@@ -312,17 +386,80 @@ def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temper
     cache is allocated once for the whole generation instead of growing by concatenation every step; and ended
     sequences leave the batch (once they are 1/:data:`REMOVE_FRACTION` of it: a removal copies the cache), where
     ``generate`` keeps computing finished rows until the longest one ends.
+
+    ``past``: for each context, (n, per-layer (keys, values) of shape (kv heads, >= n, head dim)) from a
+    :class:`TurnCache`: the keys and values of its first n tokens, which are then not prefilled again. With
+    ``keep_cache`` the second result holds, for each context, (new tokens in the cache, per-layer keys and values of
+    the context and those tokens), ready for :meth:`TurnCache.store`.
     """
     device = _model_device(model)
+    cache_keyword = _cache_keyword(model) or "past_key_values"
+    if past is not None and any(n for n, _ in past):
+        cache, attention, last_position, logits = _prefill_after_past(
+            model, contexts, past, max_new_tokens=max_new_tokens, pad_id=pad_id, device=device,
+            cache_keyword=cache_keyword)
+    else:
+        cache, attention, last_position, logits = _prefill(
+            model, contexts, max_new_tokens=max_new_tokens, pad_id=pad_id, device=device, cache_keyword=cache_keyword)
+    # --- decode ------------------------------------------------------------------------------------------------------
+    rows = torch.arange(len(contexts), device=device)  # original row of each sequence in the batch
+    running = torch.ones(len(contexts), dtype=torch.bool, device=device)  # (batch,): not ended yet
+    new = torch.full((len(contexts), max_new_tokens + 1), pad_id, dtype=torch.long, device=device)
+    stops = torch.tensor(stop_ids, dtype=torch.long, device=device)
+    # Per original row: new tokens fed through the model (so in the cache), and new tokens up to its stop token.
+    fed = torch.zeros(len(contexts), dtype=torch.long, device=device)
+    produced = torch.full((len(contexts),), max_new_tokens, dtype=torch.long, device=device)
+    kept = [None] * len(contexts) if keep_cache else None
+
+    def keep(batch_rows) -> None:  # the caches of these batch rows, before they leave the batch or the loop ends
+        for b in batch_rows.tolist():
+            row = int(rows[b])
+            n_new = int(torch.minimum(fed[row], produced[row]))
+            # The row's tokens sit at its attended positions, in order; those past its stop token were fed while it
+            # rode along after ending and are not its own.
+            positions = attention[b].nonzero().squeeze(1)[:len(contexts[row]) + n_new]
+            kept[row] = (n_new, [(layer.keys[b][:, positions], layer.values[b][:, positions])
+                                 for layer in cache.layers])
+
+    for step in range(max_new_tokens):
+        tokens = _next_tokens(logits, temperature, top_p, top_k)
+        # Rows that ended earlier write to the spare last column, which is dropped.
+        new[rows, torch.where(running, step, max_new_tokens)] = tokens
+        if step == max_new_tokens - 1:
+            break
+        stopped = running & torch.isin(tokens, stops)
+        produced[rows[stopped]] = step + 1
+        running &= ~stopped
+        ended = len(running) - int(running.sum())
+        if ended == len(running):
+            break
+        if ended * REMOVE_FRACTION >= len(running):  # removal copies the cache: not for every single row
+            if kept is not None:
+                keep((~running).nonzero().squeeze(1))
+            keep_rows = running.nonzero().squeeze(1)
+            cache.batch_select_indices(keep_rows)
+            rows, tokens, attention = rows[keep_rows], tokens[keep_rows], attention[keep_rows]
+            last_position, running = last_position[keep_rows], running[keep_rows]
+        attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=1)
+        last_position = last_position + 1
+        logits = model(input_ids=tokens[:, None], attention_mask=attention, position_ids=last_position[:, None],
+                       use_cache=True, logits_to_keep=1, **{cache_keyword: cache}).logits[:, -1, :]  # (running, V)
+        fed[rows] += 1
+    if kept is not None:
+        keep(torch.arange(len(rows)))
+    return new[:, :max_new_tokens].cpu(), kept
+
+
+def _prefill(model, contexts, *, max_new_tokens, pad_id, device, cache_keyword):
+    """The prefill of :func:`_decode_compact` from nothing: (joint cache, attention (B, width), last position (B,),
+    logits of the last position (B, vocab))."""
     width = max(len(c) for c in contexts)
     cache = DynamicCache(config=model.config)
     cache.layers = [PreallocatedLayer(width + max_new_tokens) for _ in cache.layers]
-    cache_keyword = _cache_keyword(model) or "past_key_values"
     attention = torch.zeros((len(contexts), width), dtype=torch.long, device=device)
     last_position = torch.empty(len(contexts), dtype=torch.long, device=device)
-    logits = []
-    # --- prefill, chunk by chunk, each distinct context once (GRPO and pass@k repeat every prompt); each chunk's
-    # cache lands right-aligned in the rows of the joint one that hold its contexts ---------------------------------
+    # Each distinct context once (GRPO and pass@k repeat every prompt), chunk by chunk; each chunk's cache lands
+    # right-aligned in the rows of the joint one that hold its contexts.
     distinct: dict[tuple[int, ...], int] = {}
     owner = torch.tensor([distinct.setdefault(tuple(c), len(distinct)) for c in contexts], device=device)  # (B,)
     unique = [list(c) for c in distinct]  # longest first, like contexts
@@ -358,32 +495,62 @@ def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temper
             logits = out.logits.new_empty((len(contexts), out.logits.shape[-1]))  # (B, vocab)
         logits[rows] = out.logits[source, -1, :]
     for layer in cache.layers:
-        layer.length = width
-    # --- decode ------------------------------------------------------------------------------------------------------
-    rows = torch.arange(len(contexts), device=device)  # original row of each sequence in the batch
-    running = torch.ones(len(contexts), dtype=torch.bool, device=device)  # (batch,): not ended yet
-    new = torch.full((len(contexts), max_new_tokens + 1), pad_id, dtype=torch.long, device=device)
-    stops = torch.tensor(stop_ids, dtype=torch.long, device=device)
-    for step in range(max_new_tokens):
-        tokens = _next_tokens(logits, temperature, top_p, top_k)
-        # Rows that ended earlier write to the spare last column, which is dropped.
-        new[rows, torch.where(running, step, max_new_tokens)] = tokens
-        if step == max_new_tokens - 1:
-            break
-        running &= ~torch.isin(tokens, stops)
-        ended = len(running) - int(running.sum())
-        if ended == len(running):
-            break
-        if ended * REMOVE_FRACTION >= len(running):  # removal copies the cache: not for every single row
-            keep = running.nonzero().squeeze(1)
-            cache.batch_select_indices(keep)
-            rows, tokens, attention, last_position = rows[keep], tokens[keep], attention[keep], last_position[keep]
-            running = running[keep]
-        attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=1)
-        last_position = last_position + 1
-        logits = model(input_ids=tokens[:, None], attention_mask=attention, position_ids=last_position[:, None],
-                       use_cache=True, logits_to_keep=1, **{cache_keyword: cache}).logits[:, -1, :]  # (running, V)
-    return new[:, :max_new_tokens].cpu()
+        layer.filled(width)
+    return cache, attention, last_position, logits
+
+
+def _prefill_after_past(model, contexts, past, *, max_new_tokens, pad_id, device, cache_keyword):
+    """The prefill of :func:`_decode_compact` when the keys and values of each context's first n tokens are given
+    (``past``, from a :class:`TurnCache`): only the rest is run through the model, in chunks of
+    :data:`PREFILL_CHUNK` on a CPU. A chunk's row is [padding | its past | padding | the rest of its context] (the
+    padding masked, positions counted from the first real token), right-aligned in the joint cache."""
+    chunk_size = PREFILL_CHUNK if device.type == "cpu" else len(contexts)
+    starts = list(range(0, len(contexts), chunk_size))
+    done = [n for n, _ in past]
+    chunk_widths = [max(done[start:start + chunk_size]) + max(len(c) - n for c, n in zip(
+        contexts[start:start + chunk_size], done[start:start + chunk_size])) for start in starts]
+    width = max(chunk_widths)
+    cache = DynamicCache(config=model.config)
+    cache.layers = [PreallocatedLayer(width + max_new_tokens) for _ in cache.layers]
+    attention = torch.zeros((len(contexts), width), dtype=torch.long, device=device)
+    last_position = torch.empty(len(contexts), dtype=torch.long, device=device)
+    logits = None
+    for start in starts:
+        chunk = range(start, min(len(contexts), start + chunk_size))
+        longest_past = max(done[i] for i in chunk)
+        input_ids, new_attention = (t.to(device) for t in _left_pad([contexts[i][done[i]:] for i in chunk], pad_id))
+        past_attention = torch.zeros((len(chunk), longest_past), dtype=torch.long, device=device)
+        chunk_cache = DynamicCache(config=model.config)
+        if longest_past:
+            with_past = next(i for i in chunk if done[i])
+            for index in range(len(cache.layers)):
+                heads, _, dim = past[with_past][1][index][0].shape
+                keys, values = (torch.zeros((len(chunk), heads, longest_past, dim),
+                                            dtype=past[with_past][1][index][0].dtype, device=device)
+                                for _ in range(2))
+                for row, i in enumerate(chunk):
+                    if done[i]:
+                        keys[row, :, longest_past - done[i]:] = past[i][1][index][0][:, :done[i]]
+                        values[row, :, longest_past - done[i]:] = past[i][1][index][1][:, :done[i]]
+                chunk_cache.update(keys, values, index)
+            for row, i in enumerate(chunk):
+                past_attention[row, longest_past - done[i]:] = 1
+        chunk_attention = torch.cat([past_attention, new_attention], dim=1)
+        positions = (torch.tensor([done[i] for i in chunk], device=device)[:, None]
+                     + (new_attention.cumsum(-1) - 1).clamp(min=0))  # (b, w)
+        out = model(input_ids=input_ids, attention_mask=chunk_attention, position_ids=positions, use_cache=True,
+                    logits_to_keep=1, **{cache_keyword: chunk_cache})
+        rows = torch.arange(start, start + len(chunk), device=device)
+        for layer, chunk_layer in zip(cache.layers, chunk_cache.layers):
+            layer.write_rows(rows, chunk_layer.keys, chunk_layer.values, len(contexts), width)
+        attention[rows, width - chunk_attention.shape[1]:] = chunk_attention
+        last_position[rows] = positions[:, -1]
+        if logits is None:
+            logits = out.logits.new_empty((len(contexts), out.logits.shape[-1]))  # (B, vocab)
+        logits[rows] = out.logits[:, -1, :]
+    for layer in cache.layers:
+        layer.filled(width)
+    return cache, attention, last_position, logits
 
 
 def _next_tokens(logits, temperature: float, top_p: float, top_k: int):

@@ -1,17 +1,22 @@
-"""Episode evaluation side by side: every context prefilled whole vs the shared prefix prefilled once.
+"""Episode evaluation side by side: how much of each turn's context the compact decode loop prefills.
 
-In an environment each turn is a generation call over every running episode, and every context begins with the
-same system prompt (the memory environment's: 145 tokens, most of a turn's context). The compact decode loop
-(:func:`agentic_rl.models.generate.generate_token_ids`) prefills a prefix that all contexts of a call share once and
-each context from where it differs (``shared``); ``whole`` sets ``MIN_SHARED_PREFIX`` out of reach, so every context
-is prefilled from its first token, as before.
+In an environment each turn is a generation call over every running episode. Three variants of the decode loop
+(:func:`agentic_rl.models.generate.generate_token_ids`) on the same episodes:
 
-Both evaluate the same model on the same held-out problems with the settings of a run's evaluation stage (its
-``config.yaml``: environment, its arguments, turn and token limits), with tools and without, greedy, in one process,
-alternating (ABBA over ``--repeats``). Prints the CPU and wall seconds of each (medians), the ratios shared / whole,
-the tokens each prefilled, and how many episodes are identical (every message); exit status 1 when accuracy differs.
+* ``whole``: every context prefilled from its first token, every turn;
+* ``shared``: a prefix that all contexts of a call share (the system prompt) prefilled once, each context from where
+  it differs (``MIN_SHARED_PREFIX``), every turn;
+* ``cached`` (what ships): as ``shared`` on the first turn; afterwards each episode's keys and values are kept from one
+  turn to the next (:class:`agentic_rl.models.generate.TurnCache`), so a turn prefills only what was added since.
 
-    python benchmarks/bench_shared_prefix.py --run runs/quickstart-memory --samples 200
+All evaluate the same model on the same held-out problems with the settings of a run's evaluation stage (its
+``config.yaml``: environment, its arguments, turn and token limits), with tools and without, greedy by default
+(``--temperature 1 --num-samples 2`` plays sampled episodes, two per problem, as GRPO does), in one process, the
+order rotating over ``--repeats``. Prints the CPU and wall seconds of each (medians), their ratios to ``whole``, the
+tokens each prefilled, and how many episodes are identical to ``whole``'s (every message); exit status 1 when
+accuracy differs.
+
+    python benchmarks/bench_prefill.py --run runs/quickstart-agentic --samples 200
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=200, help="held-out problems")
     parser.add_argument("--repeats", type=int, default=2, help="runs per variant (alternating order)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1; 0 = torch's default)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 decodes greedily")
+    parser.add_argument("--num-samples", type=int, default=1, help="episodes per problem (sampled when > 1)")
     args = parser.parse_args(argv)
 
     import torch
@@ -53,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     run = Path(args.run)
     values = read_yaml(run / "eval" / args.stage / "config.yaml")
-    values.update(eval_samples=args.samples, models=[str(run / args.stage / "model")])
-    config = config_from_dict(EvalConfig, values, where="bench_shared_prefix")
+    values.update(eval_samples=args.samples, models=[str(run / args.stage / "model")],
+                  temperature=args.temperature, num_samples=args.num_samples)
+    config = config_from_dict(EvalConfig, values, where="bench_prefill")
     rows = load_rows(config)
     env_factory = build_environment(config)
     model, tokenizer = load_model_and_tokenizer(config.models[0], dtype=config.dtype, for_training=False)
@@ -69,25 +77,31 @@ def main(argv: list[str] | None = None) -> int:
 
     counting_forward.__signature__ = inspect.signature(forward)  # the decode loop reads the forward's signature
     model.forward = counting_forward
-    shipped = generation.MIN_SHARED_PREFIX
-    variants = {"whole": 10**9, "shared": shipped}
+    shipped_prefix, shipped_cache = generation.MIN_SHARED_PREFIX, generation.TurnCache.for_model
+
+    def keep_nothing(model):
+        return generation.TurnCache(0)
+
+    variants = {"whole": (10**9, keep_nothing), "shared": (shipped_prefix, keep_nothing),
+                "cached": (shipped_prefix, shipped_cache)}
     wall = {v: [] for v in variants}
     cpu = {v: [] for v in variants}
     tokens, results, episodes = {}, {}, {}
-    scratch = Path(tempfile.mkdtemp(prefix="bench_shared_prefix_"))
+    scratch = Path(tempfile.mkdtemp(prefix="bench_prefill_"))
     print(f"{config.environment} {config.environment_args} | {len(rows)} problems | model {config.models[0]} | "
           f"torch threads {torch.get_num_threads()}", flush=True)
     try:
         for i in range(args.repeats):
-            for variant in (list(variants) if i % 2 == 0 else list(variants)[::-1]):
-                generation.MIN_SHARED_PREFIX = variants[variant]
+            names = list(variants)
+            for variant in names[i % len(names):] + names[:i % len(names)]:
+                generation.MIN_SHARED_PREFIX, generation.TurnCache.for_model = variants[variant]
                 prefilled["tokens"] = 0
                 start, start_cpu = time.perf_counter(), time.process_time()
                 try:
                     metrics = evaluate_model_in_environment(model, rows, config, env_factory, tokenizer=tokenizer,
                                                             output_dir=scratch / variant)
                 finally:
-                    generation.MIN_SHARED_PREFIX = shipped
+                    generation.MIN_SHARED_PREFIX, generation.TurnCache.for_model = shipped_prefix, shipped_cache
                 wall[variant].append(time.perf_counter() - start)
                 cpu[variant].append(time.process_time() - start_cpu)
                 tokens[variant], results[variant] = prefilled["tokens"], metrics
@@ -100,14 +114,17 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     median = {v: statistics.median(t) for v, t in wall.items()}
     median_cpu = {v: statistics.median(t) for v, t in cpu.items()}
-    same = {key: sum(a["messages"] == b["messages"]
-                     for a, b in zip(episodes["whole"][key], episodes["shared"][key])) for key in episodes["whole"]}
-    print(f"\nshared / whole: {median['shared'] / median['whole']:.3f} wall, "
-          f"{median_cpu['shared'] / median_cpu['whole']:.3f} CPU, {tokens['shared'] / tokens['whole']:.3f} tokens "
-          f"prefilled; identical episodes: "
-          + ", ".join(f"{k.replace('_', ' ')} {n}/{len(rows)}" for k, n in same.items())
-          + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    differs = any(results["whole"][k] != results["shared"][k] for k in ("accuracy", "accuracy_without_tools"))
+    for variant in ("shared", "cached"):
+        same = {key: sum(a["messages"] == b["messages"] for a, b in zip(episodes["whole"][key],
+                                                                       episodes[variant][key]))
+                for key in episodes["whole"]}
+        print(f"{variant} / whole: {median[variant] / median['whole']:.3f} wall, "
+              f"{median_cpu[variant] / median_cpu['whole']:.3f} CPU, {tokens[variant] / tokens['whole']:.3f} tokens "
+              f"prefilled; identical episodes: "
+              + ", ".join(f"{k.replace('_', ' ')} {n}/{len(episodes['whole'][k])}" for k, n in same.items()))
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    differs = any(results["whole"][k] != results[v][k] for v in ("shared", "cached")
+                  for k in ("accuracy", "accuracy_without_tools"))
     return 1 if differs else 0
 
 
