@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
@@ -412,14 +413,20 @@ def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temper
     kept = [None] * len(contexts) if keep_cache else None
 
     def keep(batch_rows) -> None:  # the caches of these batch rows, before they leave the batch or the loop ends
-        for b in batch_rows.tolist():
-            row = int(rows[b])
-            n_new = int(torch.minimum(fed[row], produced[row]))
-            # The row's tokens sit at its attended positions, in order; those past its stop token were fed while it
-            # rode along after ending and are not its own.
-            positions = attention[b].nonzero().squeeze(1)[:len(contexts[row]) + n_new]
-            kept[row] = (n_new, [(layer.keys[b][:, positions], layer.values[b][:, positions])
-                                 for layer in cache.layers])
+        original = rows[batch_rows]
+        new_counts = torch.minimum(fed[original], produced[original])
+        lengths = (torch.tensor([len(contexts[row]) for row in original.tolist()], device=device)
+                   + new_counts).tolist()
+        # A row's tokens sit at its attended positions, in order (a stable sort puts them first); those past its stop
+        # token were fed while it rode along after ending and are not its own. One gather per layer for all rows.
+        order = torch.sort((attention[batch_rows] == 0).to(torch.int8), dim=1, stable=True).indices[:, :max(lengths)]
+        gathered = []
+        for layer in cache.layers:
+            index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+            gathered.append((layer.keys[batch_rows].gather(2, index), layer.values[batch_rows].gather(2, index)))
+        for j, (row, length) in enumerate(zip(original.tolist(), lengths)):
+            kept[row] = (int(new_counts[j]), [(keys[j, :, :length], values[j, :, :length])
+                                              for keys, values in gathered])
 
     for step in range(max_new_tokens):
         tokens = _next_tokens(logits, temperature, top_p, top_k)
@@ -524,14 +531,12 @@ def _prefill_after_past(model, contexts, past, *, max_new_tokens, pad_id, device
         if longest_past:
             with_past = next(i for i in chunk if done[i])
             for index in range(len(cache.layers)):
-                heads, _, dim = past[with_past][1][index][0].shape
-                keys, values = (torch.zeros((len(chunk), heads, longest_past, dim),
-                                            dtype=past[with_past][1][index][0].dtype, device=device)
-                                for _ in range(2))
-                for row, i in enumerate(chunk):
-                    if done[i]:
-                        keys[row, :, longest_past - done[i]:] = past[i][1][index][0][:, :done[i]]
-                        values[row, :, longest_past - done[i]:] = past[i][1][index][1][:, :done[i]]
+                nothing = past[with_past][1][index][0][:, :0].transpose(0, 1)  # (0, heads, dim): a row without past
+                # Each row's past, (n, heads, dim) per token, left-padded with zeros to the chunk's longest past.
+                keys, values = (pad_sequence([past[i][1][index][part][:, :done[i]].transpose(0, 1) if done[i]
+                                              else nothing for i in chunk],
+                                             batch_first=True, padding_side="left").transpose(1, 2)
+                                for part in (0, 1))
                 chunk_cache.update(keys, values, index)
             for row, i in enumerate(chunk):
                 past_attention[row, longest_past - done[i]:] = 1
