@@ -328,6 +328,22 @@ def test_compact_rollout_renders_like_trl_and_samples_the_naive_greedy_tokens(mo
 # The turn cache: a turn starts from the keys and values of the episode's earlier tokens
 # ---------------------------------------------------------------------------------------------------------------
 
+def count_prefilled_tokens(model, monkeypatch) -> list[int]:
+    """A list that the model's prefills append to from now on: the tokens each runs through the model (its new
+    positions' attended tokens, padding not counted; decode steps feed one token and are not counted)."""
+    prefilled: list[int] = []
+    original = model.forward
+
+    def counting_forward(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:
+            prefilled.append(int(kwargs["attention_mask"][:, -kwargs["input_ids"].shape[1]:].sum()))
+        return original(*args, **kwargs)
+
+    counting_forward.__signature__ = inspect.signature(original)  # the decode loop reads the forward's keywords
+    monkeypatch.setattr(model, "forward", counting_forward)
+    return prefilled
+
+
 def test_turn_cache_reuses_the_stored_tokens_that_begin_a_context_and_keeps_within_its_budget():
     from agentic_rl.models.generate import TurnCache
 
@@ -375,16 +391,7 @@ def test_a_turn_from_the_cache_generates_what_prefilling_its_whole_context_does(
     keys[2] = "an episode without an entry"
     assert [cache.reusable(k, c)[0] for k, c in zip(keys, second)][3:] >= [len(c) for c in first][3:]
     assert cache.reusable(keys[1], second[1])[0] == 4 and cache.reusable(keys[2], second[2])[0] == 0
-    widths = []
-    original = model.forward
-
-    def recording_forward(*args, **kwargs):
-        if kwargs["input_ids"].shape[1] > 1:  # the tokens run through the model, padding not counted
-            widths.append(int(kwargs["attention_mask"][:, -kwargs["input_ids"].shape[1]:].sum()))
-        return original(*args, **kwargs)
-
-    recording_forward.__signature__ = inspect.signature(original)  # the decode loop reads the forward's keywords
-    monkeypatch.setattr(model, "forward", recording_forward)
+    widths = count_prefilled_tokens(model, monkeypatch)
     whole = generate_token_ids(model, second, **settings)
     prefilled_whole, widths[:] = sum(widths), []
     reused = [cache.reusable(k, c)[0] for k, c in zip(keys, second)]
@@ -435,16 +442,7 @@ def test_episodes_played_with_the_turn_cache_are_the_ones_played_without(model_a
     fmt = ChatFormat(tok, {"enable_thinking": False})
     tasks = agent_rows([{"question": q, "answer": "#### 5"} for q in QUESTIONS])
     settings = RolloutSettings(max_turn_tokens=10, max_completion_length=200, do_sample=False)
-    prefilled = []
-    original = model.forward
-
-    def counting_forward(*args, **kwargs):
-        if kwargs["input_ids"].shape[1] > 1:  # the tokens run through the model, padding not counted
-            prefilled.append(int(kwargs["attention_mask"][:, -kwargs["input_ids"].shape[1]:].sum()))
-        return original(*args, **kwargs)
-
-    counting_forward.__signature__ = inspect.signature(original)  # the decode loop reads the forward's keywords
-    monkeypatch.setattr(model, "forward", counting_forward)
+    prefilled = count_prefilled_tokens(model, monkeypatch)
     played, tokens = {}, {}
     for reuse in (False, True):
         prefilled.clear()
