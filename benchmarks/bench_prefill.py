@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                         "sft/model (e.g. runs/quickstart-memory)")
     parser.add_argument("--stage", default="sft", help="the stage whose model and evaluation settings to use")
     parser.add_argument("--samples", type=int, default=200, help="held-out problems")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per variant (alternating order)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per variant (the order rotating)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1; 0 = torch's default)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 decodes greedily")
     parser.add_argument("--num-samples", type=int, default=1, help="episodes per problem (sampled when > 1)")
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def counting_forward(*a, **k):
         if k["input_ids"].shape[1] > 1:
-            prefilled["tokens"] += k["input_ids"].numel()
+            prefilled["tokens"] += k["input_ids"].numel()  # padding included
         return forward(*a, **k)
 
     counting_forward.__signature__ = inspect.signature(forward)  # the decode loop reads the forward's signature
