@@ -358,6 +358,8 @@ def test_turn_cache_reuses_the_stored_tokens_that_begin_a_context_and_keeps_with
     assert "b" not in cache.entries and cache.bytes == 2 * 2 * 4 * 8 * 4
     cache.store("a", [5, 6, 7, 8], layers)  # replacing an entry frees its bytes first
     assert cache.bytes == 2 * 2 * 4 * 8 * 4 and list(cache.entries) == ["a"]
+    cache.forget(["a", "never stored"])  # an episode that ended: its entry and its bytes go
+    assert not cache.entries and cache.bytes == 0
     assert TurnCache(0).store("a", [5], layers) is None and not TurnCache(0).entries
 
 

@@ -217,6 +217,8 @@ def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str
             traj.env_mask += [0] * len(suffix)
             traj.messages += result.observation
             still_active.append(i)
+        if turn_cache is not None:
+            turn_cache.forget(set(active) - set(still_active))
         active = still_active
     for traj, env in zip(trajectories, envs):
         traj.metrics = {key: float(value) for key, value in env.episode_metrics().items()}

@@ -162,11 +162,16 @@ class TurnCache:
         n = next((k for k in range(limit) if ids[k] != context[k]), limit)
         return n, layers
 
+    def forget(self, keys) -> None:
+        """Drop the entries of ``keys`` (episodes that ended), freeing their share of the budget."""
+        for key in keys:
+            old = self.entries.pop(key, None)
+            if old is not None:
+                self.bytes -= _cache_bytes(old[1])
+
     def store(self, key, ids: list[int], layers: list) -> None:
         """Keep ``layers`` (per layer (keys, values), each (kv heads, len(ids), head dim)) as the cache of ``ids``."""
-        old = self.entries.pop(key, None)
-        if old is not None:
-            self.bytes -= _cache_bytes(old[1])
+        self.forget([key])
         size = _cache_bytes(layers)
         if self.bytes + size <= self.max_bytes:
             self.entries[key] = (list(ids), layers)
@@ -457,14 +462,20 @@ def _decode_compact(model, contexts, *, max_new_tokens, stop_ids, pad_id, temper
     return new[:, :max_new_tokens].cpu(), kept
 
 
+def _joint_buffers(model, batch: int, width: int, max_new_tokens: int, device):
+    """The decode batch's KV cache (room for ``width`` + ``max_new_tokens`` positions), its attention mask (batch,
+    width) and each row's last position (batch,), for a prefill to fill."""
+    cache = DynamicCache(config=model.config)
+    cache.layers = [PreallocatedLayer(width + max_new_tokens) for _ in cache.layers]
+    attention = torch.zeros((batch, width), dtype=torch.long, device=device)
+    return cache, attention, torch.empty(batch, dtype=torch.long, device=device)
+
+
 def _prefill(model, contexts, *, max_new_tokens, pad_id, device, cache_keyword):
     """The prefill of :func:`_decode_compact` from nothing: (joint cache, attention (B, width), last position (B,),
     logits of the last position (B, vocab))."""
     width = max(len(c) for c in contexts)
-    cache = DynamicCache(config=model.config)
-    cache.layers = [PreallocatedLayer(width + max_new_tokens) for _ in cache.layers]
-    attention = torch.zeros((len(contexts), width), dtype=torch.long, device=device)
-    last_position = torch.empty(len(contexts), dtype=torch.long, device=device)
+    cache, attention, last_position = _joint_buffers(model, len(contexts), width, max_new_tokens, device)
     # Each distinct context once (GRPO and pass@k repeat every prompt), chunk by chunk; each chunk's cache lands
     # right-aligned in the rows of the joint one that hold its contexts.
     distinct: dict[tuple[int, ...], int] = {}
@@ -512,18 +523,12 @@ def _prefill_after_past(model, contexts, past, *, max_new_tokens, pad_id, device
     :data:`PREFILL_CHUNK` on a CPU. A chunk's row is [padding | its past | padding | the rest of its context] (the
     padding masked, positions counted from the first real token), right-aligned in the joint cache."""
     chunk_size = PREFILL_CHUNK if device.type == "cpu" else len(contexts)
-    starts = list(range(0, len(contexts), chunk_size))
+    chunks = [range(start, min(len(contexts), start + chunk_size)) for start in range(0, len(contexts), chunk_size)]
     done = [n for n, _ in past]
-    chunk_widths = [max(done[start:start + chunk_size]) + max(len(c) - n for c, n in zip(
-        contexts[start:start + chunk_size], done[start:start + chunk_size])) for start in starts]
-    width = max(chunk_widths)
-    cache = DynamicCache(config=model.config)
-    cache.layers = [PreallocatedLayer(width + max_new_tokens) for _ in cache.layers]
-    attention = torch.zeros((len(contexts), width), dtype=torch.long, device=device)
-    last_position = torch.empty(len(contexts), dtype=torch.long, device=device)
+    width = max(max(done[i] for i in chunk) + max(len(contexts[i]) - done[i] for i in chunk) for chunk in chunks)
+    cache, attention, last_position = _joint_buffers(model, len(contexts), width, max_new_tokens, device)
     logits = None
-    for start in starts:
-        chunk = range(start, min(len(contexts), start + chunk_size))
+    for chunk in chunks:
         longest_past = max(done[i] for i in chunk)
         input_ids, new_attention = (t.to(device) for t in _left_pad([contexts[i][done[i]:] for i in chunk], pad_id))
         past_attention = torch.zeros((len(chunk), longest_past), dtype=torch.long, device=device)
@@ -545,7 +550,7 @@ def _prefill_after_past(model, contexts, past, *, max_new_tokens, pad_id, device
                      + (new_attention.cumsum(-1) - 1).clamp(min=0))  # (b, w)
         out = model(input_ids=input_ids, attention_mask=chunk_attention, position_ids=positions, use_cache=True,
                     logits_to_keep=1, **{cache_keyword: chunk_cache})
-        rows = torch.arange(start, start + len(chunk), device=device)
+        rows = torch.arange(chunk.start, chunk.stop, device=device)
         for layer, chunk_layer in zip(cache.layers, chunk_cache.layers):
             layer.write_rows(rows, chunk_layer.keys, chunk_layer.values, len(contexts), width)
         attention[rows, width - chunk_attention.shape[1]:] = chunk_attention
