@@ -75,7 +75,7 @@ def _reward(completions, question, **_):
     return [0.0 if TIED in q else float(i % 2) for i, q in enumerate(question)]
 
 
-def _trainer(tiny_model_dir, tmp_path, **extra):
+def _trainer(tiny_model_dir, tmp_path, args_extra=None, **extra):
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
@@ -90,8 +90,9 @@ def _trainer(tiny_model_dir, tmp_path, **extra):
     ds = datasets.Dataset.from_list([{"question": q, "prompt": build_prompt(q, None), "ground_truth": "1"}
                                      for q in questions])
     args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, num_generations=2,
-                      max_completion_length=4, report_to="none", max_steps=1, beta=0.0, logging_steps=1,
-                      save_strategy="no", disable_dropout=True, remove_unused_columns=False)
+                      max_completion_length=4, report_to="none", max_steps=1, logging_steps=1,
+                      save_strategy="no", disable_dropout=True, remove_unused_columns=False,
+                      **{"beta": 0.0, **(args_extra or {})})
     trainer = SignalGRPOTrainer(model=model, reward_funcs=[_reward], args=args, train_dataset=ds,
                                 processing_class=tok, **extra)
     return trainer, ds
@@ -162,3 +163,68 @@ def test_estimated_pass_rates_of_an_untrained_model_are_zero(tiny_model_dir):
     rows = [{"prompt": build_prompt(f"{i} + 1?", None), "ground_truth": str(i + 1)} for i in range(3)]
     rates = estimate_pass_rates(model, tok, rows, samples=2, temperature=1.0, max_new_tokens=4)
     assert rates == [0.0, 0.0, 0.0]
+
+
+# --- the loss pass without the completions that carry no signal --------------------------------------------------
+
+def _loss_and_grads(trainer, batch):
+    trainer.model.zero_grad()
+    loss = trainer.compute_loss(trainer.model, batch)
+    loss.backward()
+    return loss.item(), {name: p.grad.clone() for name, p in trainer.model.named_parameters() if p.grad is not None}
+
+
+def _rows_scored(trainer, monkeypatch):
+    """The rows each training forward pass scores, recorded."""
+    seen = []
+    score = type(trainer)._get_per_token_logps_and_entropies
+
+    def counting(self, model, input_ids, *args, **kwargs):
+        seen.append(input_ids.shape[0])
+        return score(self, model, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(type(trainer), "_get_per_token_logps_and_entropies", counting)
+    return seen
+
+
+def test_the_loss_pass_skips_tied_completions_with_the_same_loss_and_gradient(tiny_model_dir, tmp_path, monkeypatch):
+    trainer, ds = _trainer(tiny_model_dir, tmp_path, skip_zero_advantage_rows=True)
+    assert trainer.skips_zero_advantage_rows
+    # Eager attention: torch's SDPA takes another kernel for a batch without padding (the kept rows here), which
+    # moves the gradient by more than the exact comparison allows; eager attention computes both alike.
+    trainer.model.set_attn_implementation("eager")
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    batch = trainer._generate_and_score_completions([dict(ds[i]) for i in (0, 0, 4, 4)])
+    assert batch["advantages"][:2].abs().sum() == 0 and batch["advantages"][2:].abs().sum() > 0
+    seen = _rows_scored(trainer, monkeypatch)
+    skipped_loss, skipped_grads = _loss_and_grads(trainer, batch)
+    trainer.skips_zero_advantage_rows = False
+    whole_loss, whole_grads = _loss_and_grads(trainer, batch)
+    assert seen == [2, 4]  # the tied group left out of the first pass only
+    assert trainer._metrics["train"]["signal/skipped_row_fraction"] == [0.5]
+    assert skipped_loss == pytest.approx(whole_loss, rel=1e-6, abs=1e-9) and whole_loss != 0
+    assert skipped_grads.keys() == whole_grads.keys() and skipped_grads
+    for name, grad in whole_grads.items():
+        torch.testing.assert_close(skipped_grads[name], grad, rtol=1e-5, atol=1e-8, msg=name)
+
+
+def test_an_all_tied_micro_batch_keeps_one_row_and_a_zero_loss(tiny_model_dir, tmp_path, monkeypatch):
+    trainer, ds = _trainer(tiny_model_dir, tmp_path, skip_zero_advantage_rows=True)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    batch = trainer._generate_and_score_completions([dict(ds[i]) for i in (0, 0, 1, 1)])
+    seen = _rows_scored(trainer, monkeypatch)
+    loss, grads = _loss_and_grads(trainer, batch)
+    assert seen == [1] and loss == 0.0
+    assert all(float(g.abs().max()) == 0.0 for g in grads.values())
+
+
+@pytest.mark.parametrize("setting", [{"beta": 0.1}, {"loss_type": "grpo"}, {"loss_type": "bnpo"},
+                                     {"top_entropy_quantile": 0.5}])
+def test_tied_completions_stay_in_the_pass_where_they_change_the_loss(tiny_model_dir, tmp_path, setting):
+    # The KL term of a tied completion, or a loss that averages over rows or over the micro-batch's tokens, or an
+    # entropy mask taken over the batch: leaving the row out would change the update.
+    trainer, _ = _trainer(tiny_model_dir, tmp_path, skip_zero_advantage_rows=True, args_extra=setting)
+    assert not trainer.skips_zero_advantage_rows
+

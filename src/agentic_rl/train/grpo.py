@@ -106,8 +106,7 @@ class GRPOConfig(EnvironmentSettings):
                               "directory is an error)")
 
     # --- what is trained ------------------------------------------------------------------------------------------
-    full: bool = setting(False, "full fine-tuning instead of LoRA (this stage trains a LoRA adapter by default; with "
-                         "full, the reference is a second copy of the model)")
+    full: bool = setting(False, "full fine-tuning instead of a LoRA adapter (the reference: a second model copy)")
     lora_r: int | None = setting(None, "LoRA rank")
     lora_alpha: int | None = setting(None, "LoRA alpha (scale = alpha / r)")
     lora_dropout: float = setting(0.0, "LoRA dropout")
@@ -132,8 +131,7 @@ class GRPOConfig(EnvironmentSettings):
     num_generations: int | None = setting(None, "group size G: completions sampled per prompt")
     generation_batch_size: int | None = setting(None, "completions generated at once (default: batch_size x "
                                            "gradient_accumulation_steps x devices); must be a multiple of G")
-    steps_per_generation: int | None = setting(None, "optimizer micro-steps per generation batch (alternative to "
-                                          "generation_batch_size)")
+    steps_per_generation: int | None = setting(None, "optimizer micro-steps per generation batch (or set that size)")
     beta: float = setting(0.05, "KL coefficient against the reference (starting) model; 0 disables the reference")
     epsilon: float = setting(0.2, "clipping ε (lower bound, and upper bound unless epsilon_high is set)")
     epsilon_high: float | None = setting(None, "upper clipping bound (DAPO's clip-higher suggests 0.28)")
@@ -177,6 +175,8 @@ class GRPOConfig(EnvironmentSettings):
     select_pass_rate_low: float = setting(0.1, "difficulty selection: keep prompts whose pass rate is at least this")
     select_pass_rate_high: float = setting(0.9, "difficulty selection: keep prompts whose pass rate is at most this")
     sft_loss_weight: float = setting(0.0, "weight of the demonstrations' SFT loss added to the GRPO loss (0 = off)")
+    skip_zero_advantage_rows: bool = setting(True, "leave completions with all-zero advantages out of the loss pass "
+                                             "where no gradient changes (beta 0, loss dapo/cispo/vespo, 1 process)")
 
     # --- monitoring -----------------------------------------------------------------------------------------------
     report_to: list[str] = setting(["tensorboard"], "metric backends: tensorboard, wandb (or none)")

@@ -63,6 +63,8 @@ grpo/signal/dropped_group_fraction     (ours, refill_max_draws)     groups of th
 grpo/signal/refill_draws               (ours)                       extra generation rounds to replace them
 grpo/signal/final_zero_std_fraction    (ours)                       groups without signal left in the batch
 grpo/signal/sft_loss                   (ours, sft_loss_weight)      demonstrations' NLL added to the loss
+grpo/signal/skipped_row_fraction       (ours)                       completions left out of the loss pass: all
+                                                                    their advantages zero (the same update)
 eval/accuracy, eval/format_rate,       (ours)                       greedy held-out evaluation every N steps
 eval/avg_tokens, eval/avg_reward                                    (strict accuracy, as the final evaluation)
 agent/accuracy, agent/tool_call_rate,  (ours, environment)          per generation batch of episodes: correct,
@@ -95,11 +97,15 @@ from agentic_rl.runs import MODEL_FOLDER
 from agentic_rl.train.credit import CREDIT_ASSIGNMENTS
 from agentic_rl.train.logprobs import FoldedContextScoring, LengthSortedScoring
 from agentic_rl.train.monitoring import HealthMonitor, NonFiniteGuard, quiet_progress, trl_generation_log
-from agentic_rl.train.signal import concat_batches, group_has_signal, select_groups
+from agentic_rl.train.signal import concat_batches, group_has_signal, select_groups, select_rows
 from agentic_rl.utils import append_jsonl, has_gpu, log, read_json, write_json
 
 #: The TRL release range these overrides were checked against (pyproject.toml pins the same range).
 TRL_CHECKED = "1.16"
+
+#: TRL loss types that divide the summed token losses by the generation batch's token count: leaving a row out of
+#: the pass changes neither their value nor their gradient when the row's advantages are zero.
+ZERO_ROW_SAFE_LOSSES = ("dapo", "cispo", "vespo")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -113,12 +119,14 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
     demonstrations (:func:`agentic_rl.train.signal.tokenize_demonstrations`); ``sft_loss_weight``: their weight
     (0 = off). ``logprob_chunk_rows``: :class:`~agentic_rl.train.logprobs.LengthSortedScoring`'s (0 = TRL's passes).
     ``credit_assignment``: ``trajectory`` (TRL's advantage) or ``turn`` (:mod:`agentic_rl.train.credit`, episodes
-    only) with ``turn_discount`` γ.
+    only) with ``turn_discount`` γ. ``skip_zero_advantage_rows``: the loss pass leaves out completions whose
+    advantages are all zero where that changes neither the loss nor its gradient (:meth:`rows_with_signal`).
     """
 
     def __init__(self, *args, refill_max_draws: int = 0, sft_loss_weight: float = 0.0,
                  sft_demonstrations: list[tuple[list[int], int]] | None = None, seed: int = 0,
-                 credit_assignment: str = "trajectory", turn_discount: float = 1.0, **kwargs):
+                 credit_assignment: str = "trajectory", turn_discount: float = 1.0,
+                 skip_zero_advantage_rows: bool = False, **kwargs):
         if credit_assignment not in CREDIT_ASSIGNMENTS:
             raise ConfigError(f"credit_assignment must be one of {', '.join(CREDIT_ASSIGNMENTS)}; got "
                               f"{credit_assignment!r}")
@@ -140,6 +148,18 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
         self._demo_rng = random.Random(seed + 1)
         self.credit_assignment = credit_assignment
         self.turn_discount = turn_discount
+        self.skips_zero_advantage_rows = skip_zero_advantage_rows and self.zero_rows_add_nothing()
+
+    def zero_rows_add_nothing(self) -> bool:
+        """Whether a completion whose advantages are all zero adds nothing to TRL's loss or its gradient. Its
+        clipped-surrogate term is the ratio times a zero advantage; nothing else of it reaches the loss without a KL
+        term (beta 0), an entropy bonus, an entropy mask (a quantile over the batch) or the MoE auxiliary loss; and
+        the token-sum losses divide by the generation batch's token count (``num_items_in_batch``), which stays
+        (the per-sequence ones would divide by fewer rows). One process only: TRL gathers per-row metrics across
+        processes, which must then hold as many rows each."""
+        return (self.beta == 0.0 and self.loss_type in ZERO_ROW_SAFE_LOSSES and not self._entropy_bonus_enabled
+                and self.top_entropy_quantile == 1.0 and not self.aux_loss_enabled
+                and self.accelerator.num_processes == 1)
 
     # --- sampling ---------------------------------------------------------------------------------------------------
     def _generate(self, prompts):
@@ -230,9 +250,11 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
 
     # --- loss -------------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """Extends ``GRPOTrainer.compute_loss`` (checked against TRL 1.16) with the SFT anchor:
-        ``sft_loss_weight`` x the demonstrations' mean token NLL, added to every training micro-step's loss."""
-        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        """Extends ``GRPOTrainer.compute_loss`` (checked against TRL 1.16): training passes skip the completions
+        without signal (:meth:`rows_with_signal`), and the SFT anchor adds ``sft_loss_weight`` x the
+        demonstrations' mean token NLL to every training micro-step's loss."""
+        trained = self.rows_with_signal(inputs) if model.training else inputs
+        loss = super().compute_loss(model, trained, return_outputs, num_items_in_batch)
         if not self.sft_loss_weight or not model.training:
             return loss
         sft = self._demonstration_loss(model, max(1, inputs["advantages"].shape[0] // self.num_generations))
@@ -240,6 +262,23 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
         # TRL divides its own loss by the accumulation steps (loss_is_scaled_for_ga): so must the anchor, or the
         # weight would grow with gradient_accumulation_steps.
         return loss + self.sft_loss_weight * sft / self.current_gradient_accumulation_steps
+
+    def rows_with_signal(self, inputs):
+        """The micro-batch without its completions whose advantages are all zero (ties within their group), when
+        :meth:`zero_rows_add_nothing`: the same loss and gradient for fewer forward and backward passes. With a small
+        group most of a batch ties once the policy is sure of itself (two episodes of a problem both right), and the
+        loss pass is the larger part of a step on a CPU. TRL's entropy and clip-ratio metrics are then those of the
+        completions trained on. A micro-batch that is all ties keeps one row: its loss is 0, with a graph to
+        backpropagate through."""
+        if not self.skips_zero_advantage_rows:
+            return inputs
+        advantages = inputs["advantages"]
+        signal = advantages.reshape(advantages.shape[0], -1).abs().sum(dim=1) > 0
+        self._metrics["train"]["signal/skipped_row_fraction"].append(1.0 - signal.float().mean().item())
+        if bool(signal.all()):
+            return inputs
+        rows = signal.nonzero().flatten() if bool(signal.any()) else torch.zeros(1, dtype=torch.long)
+        return select_rows(inputs, rows)
 
     def _demonstration_loss(self, model, n: int):
         """Mean token NLL of ``n`` random demonstrations' completions (the prompt tokens carry no loss)."""
@@ -469,7 +508,8 @@ def build_trainer(config: Any, *, env_factory, out: Path, demonstrations, **trai
     if variant.signal:
         trainer_kwargs.update(refill_max_draws=config.refill_max_draws, sft_loss_weight=config.sft_loss_weight,
                               sft_demonstrations=demonstrations, seed=config.seed,
-                              credit_assignment=config.credit_assignment, turn_discount=config.turn_discount)
+                              credit_assignment=config.credit_assignment, turn_discount=config.turn_discount,
+                              skip_zero_advantage_rows=config.skip_zero_advantage_rows)
     trainer = variant.trainer(**trainer_kwargs)
     quiet_progress(trainer)
     return trainer
