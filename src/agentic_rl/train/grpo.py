@@ -32,8 +32,7 @@ Outputs in the run directory (``--output-dir``, default ``runs/grpo``)::
     tensorboard/        the same scalars for TensorBoard (wandb too with --report-to wandb)
     checkpoint-N/       trainer checkpoints (optimizer included) for --resume
     best/               the policy with the best held-out accuracy so far (adapter, or full model with --full)
-    adapter/ model/     the final LoRA adapter and the model with it merged in (model/ is what evaluation and export
-                        load)
+    adapter/ model/     the final LoRA adapter and the model with it merged in (model/: what evaluation and export load)
 """
 
 from __future__ import annotations
@@ -106,7 +105,8 @@ class GRPOConfig(EnvironmentSettings):
                               "directory is an error)")
 
     # --- what is trained ------------------------------------------------------------------------------------------
-    full: bool = setting(False, "full fine-tuning instead of a LoRA adapter (the reference: a second model copy)")
+    full: bool = setting(False, "full fine-tuning instead of LoRA (this stage trains a LoRA adapter by default; with "
+                         "full, the reference is a second copy of the model)")
     lora_r: int | None = setting(None, "LoRA rank")
     lora_alpha: int | None = setting(None, "LoRA alpha (scale = alpha / r)")
     lora_dropout: float = setting(0.0, "LoRA dropout")
