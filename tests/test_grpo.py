@@ -242,6 +242,19 @@ def grpo_case(request, lora_run, tiny_model_dir, tmp_path_factory, recorder_modu
     return start, cfg, run(cfg), ENVIRONMENT_CASES[environment]
 
 
+@pytest.mark.parametrize("skip", [True, False])
+def test_without_a_kl_term_the_stage_leaves_tied_completions_out_of_the_loss_pass(tiny_model_dir, tmp_path, skip):
+    # An untrained model answers nothing right: every group ties at reward 0, so every completion is left out (the
+    # trainer keeps one row per pass) when the setting is on, and none when it is off.
+    from agentic_rl.train.grpo import run
+
+    out = tmp_path / "grpo"
+    run(_config(tiny_model_dir, out, beta=0.0, rewards=["accuracy:1.0"], skip_zero_advantage_rows=skip))
+    steps = [r for r in read_jsonl(out / "metrics.jsonl") if "grpo/reward" in r]
+    assert [r["grpo/reward"] for r in steps] == [0.0, 0.0]
+    assert [r.get("grpo/signal/skipped_row_fraction") for r in steps] == ([1.0, 1.0] if skip else [None, None])
+
+
 def test_beta_gives_a_nonzero_kl_and_the_run_writes_its_outputs(grpo_case):
     from transformers import AutoModelForCausalLM
 
