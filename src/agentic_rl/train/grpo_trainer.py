@@ -273,7 +273,7 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
         if not self.skips_zero_advantage_rows:
             return inputs
         advantages = inputs["advantages"]
-        signal = advantages.reshape(advantages.shape[0], -1).abs().sum(dim=1) > 0
+        signal = group_has_signal(advantages, 1)  # per completion: each its own group of one
         self._metrics["train"]["signal/skipped_row_fraction"].append(1.0 - signal.float().mean().item())
         if bool(signal.all()):
             return inputs
