@@ -119,6 +119,16 @@ def test_without_refill_tied_groups_stay(tiny_model_dir, tmp_path):
     assert not group_has_signal(batch["advantages"], 2).any()
 
 
+@pytest.mark.parametrize("scale_rewards", ["batch", "group"])
+def test_zero_std_fraction_counts_tied_groups_whatever_the_rewards_are_scaled_by(tiny_model_dir, tmp_path,
+                                                                                 scale_rewards):
+    trainer, ds = _trainer(tiny_model_dir, tmp_path, refill_max_draws=0, args_extra={"scale_rewards": scale_rewards})
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions([dict(ds[i]) for i in (0, 0, 4, 4)])
+    assert group_has_signal(batch["advantages"], 2).tolist() == [False, True]
+    assert trainer._metrics["train"]["frac_reward_zero_std"] == [0.5]
+
+
 def test_refill_gives_up_after_its_draws_and_keeps_the_batch_shape(tiny_model_dir, tmp_path):
     trainer, ds = _trainer(tiny_model_dir, tmp_path, refill_max_draws=2)
     trainer.train_dataset = ds.select(range(4))  # only tied questions to draw from

@@ -205,6 +205,12 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
     def _scored_draw(self, inputs):
         """One generation batch as TRL samples and scores it, with turn-level advantages when asked for."""
         batch = super()._generate_and_score_completions(inputs)
+        if self.model.training and self.scale_rewards == "batch" and \
+                self.multi_objective_aggregation == "sum_then_normalize":
+            # TRL tests the std it divides by, here the whole batch's (never zero): count the groups that tie
+            # instead, on this process's rows (their advantages, reward minus group mean, are exactly zero)
+            tied = 1.0 - group_has_signal(batch["advantages"], self.num_generations).float().mean().item()
+            self._metrics["train"]["frac_reward_zero_std"][-1] = tied
         if self.credit_assignment == "turn":
             self._assign_turn_credit(batch, inputs)
         return batch
