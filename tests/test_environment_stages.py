@@ -177,6 +177,19 @@ def test_eval_in_the_calculator_environment_classes_each_wrong_episode_by_its_ca
     assert "Wrong episodes with tools" in (tmp_path / "report.md").read_text()
 
 
+def test_eval_in_the_search_environment_classes_each_wrong_episode_by_its_searches(tiny_model_dir, tmp_path):
+    from agentic_rl.eval.error_analysis import SEARCH_EPISODE_CATEGORIES
+    from agentic_rl.eval.evaluate import run as evaluate
+
+    evaluate(eval_config(tiny_model_dir, tmp_path, environment="search", dataset="synthetic:world", eval_samples=4,
+                         max_new_tokens=32, max_turn_tokens=16))
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    wrong = [e for e in read_jsonl(tmp_path / "episodes_with_tools.jsonl") if not e["correct"]]
+    assert wrong and all(e["category"] in SEARCH_EPISODE_CATEGORIES and e["category_reason"] for e in wrong)
+    assert list(metrics["error_classes"]) == list(SEARCH_EPISODE_CATEGORIES)
+    assert sum(metrics["error_classes"].values()) == len(wrong)
+
+
 class ParityJudge(Environment):
     """An environment whose verdict moves with every sampled token: an answer is correct when its length in
     characters is a multiple of 4; another one gets one more try. Sampled episodes of one problem then disagree, even

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from agentic_rl.eval.error_analysis import (CATEGORIES, EPISODE_CATEGORIES, categorize, categorize_episode,
-                                            count_episode_errors, episode_calls, question_numbers,
-                                            reference_intermediates, reference_steps, summarize_errors)
+from agentic_rl.eval.error_analysis import (CATEGORIES, EPISODE_CATEGORIES, SEARCH_EPISODE_CATEGORIES, categorize,
+                                            categorize_episode, categorize_search_episode, count_episode_errors,
+                                            episode_calls, question_numbers, reference_intermediates,
+                                            reference_steps, summarize_errors)
 
 # A GSM8K-shaped row as load_task_dataset returns it (steps without annotations, raw answer with them).
 ROW = {
@@ -142,3 +143,51 @@ def test_count_episode_errors():
     assert list(counts) == list(EPISODE_CATEGORIES)
     assert counts["step_left_out"] == 2 and counts["no_call"] == 1 and sum(counts.values()) == 3
     assert count_episode_errors([{}, {"correct": True}]) is None
+    searches = count_episode_errors([{"category": "hop_left_out"}, {"category": "answer_misread"}])
+    assert list(searches) == list(SEARCH_EPISODE_CATEGORIES) and sum(searches.values()) == 2
+
+
+# "Where was the mentor of the mentor of Orla Venn born?" as a synthetic:world row carries it (chain in task_data).
+SEARCH_ROW = {"question": "Where was the mentor of the mentor of Orla Venn born?", "ground_truth": "Dunmor Bay",
+              "task_data": json.dumps({"hops": 3, "chain": ["Orla Venn", "Tavo Ruskel", "Salmi Guild"]})}
+ORLA = ("Orla Venn", "Orla Venn lives in Isya. The mentor of Orla Venn is Tavo Ruskel.\n"
+                     "Kel Orla lives in Vacal. The mentor of Kel Orla is Orla Venn.")
+TAVO = ("Tavo Ruskel", "Tavo Ruskel works at the Salmi Guild. The mentor of Tavo Ruskel is Mira Tam.")
+SALMI = ("the Salmi Guild", "The Salmi Guild is located in Dunmor Bay.")
+
+
+def search_episode(*searches, answer="Final Answer: Dunmor Bay"):
+    """A search episode's messages as the rollout records them: each (query, result) a call and its tool message."""
+    messages = []
+    for query, result in searches:
+        messages.append({"role": "assistant", "content": "<tool_call>\n" + json.dumps(
+            {"name": "search", "arguments": {"query": query}}) + "\n</tool_call>"})
+        messages.append({"role": "tool", "content": result, "name": "search"})
+    return {"messages": messages + [{"role": "assistant", "content": answer}]}
+
+
+@pytest.mark.parametrize("searches, answer, category", [
+    ((), "Final Answer: Isya", "no_search"),
+    ((ORLA, ("Tavo", "error: the tool call is not closed with </tool_call>")), "Final Answer: Isya", "search_error"),
+    ((ORLA, ("Kel Orla", "Kel Orla lives in Vacal.")), "Final Answer: Vacal", "lookup_misread"),  # the other passage
+    ((ORLA, ("Tavo Ruskol", "Tavo Ruskel works at the Salmi Guild.")), "Final Answer: Isya", "lookup_miscopied"),
+    ((ORLA, ORLA, TAVO), "Final Answer: Salmi Guild", "hop_left_out"),  # a repeat counts once: one hop short
+    ((ORLA, TAVO, SALMI, ("Dunmor Bay", "no passage matches the query")), "Final Answer: Dunmor Bay",
+     "hop_too_many"),
+    ((ORLA, TAVO, SALMI), "I cannot tell.", "no_answer"),
+    ((ORLA, TAVO, SALMI), "Final Answer: the Salmi Guild", "answer_misread"),  # a name read, not the asked fact
+    ((ORLA, TAVO, SALMI), "Final Answer: Dunmor Vale", "answer_miscopied"),
+])
+def test_each_search_episode_category_from_hand_made_episodes(searches, answer, category):
+    got, reason = categorize_search_episode(search_episode(*searches, answer=answer), SEARCH_ROW)
+    assert got == category and reason
+
+
+def test_search_episodes_need_a_chain_and_read_their_queries():
+    episode = search_episode(ORLA, TAVO)
+    assert episode_calls(episode, "query") == [ORLA, TAVO]
+    assert categorize_search_episode(episode, {"question": "q", "ground_truth": "Isya"}) is None
+    # the chain as a row read directly carries it, and names compared as answers are (case, a leading "the")
+    row = {"chain": ["orla venn", "Tavo Ruskel", "The Salmi Guild"]}
+    assert categorize_search_episode(search_episode(ORLA, TAVO, SALMI, answer="Final Answer: Isya"), row)[0] == (
+        "answer_misread")

@@ -32,7 +32,9 @@ def evaluate_episodes(model, tokenizer, rows: list[dict[str, Any]], env_factory:
     sampling, ``pass@k`` for each k of ``pass_at_k`` (k <= ``num_samples``); ``episodes`` one record per episode, in
     row order with a row's samples adjacent, with its row ``index`` and ``sample`` number; a wrong episode with tools
     in an environment with the calculator, whose row has reference steps, also gets ``category`` and
-    ``category_reason`` (:func:`agentic_rl.eval.error_analysis.categorize_episode`).
+    ``category_reason`` (:func:`agentic_rl.eval.error_analysis.categorize_episode`), and likewise one in an
+    environment with a ``search`` tool whose row has a lookup ``chain``
+    (:func:`agentic_rl.eval.error_analysis.categorize_search_episode`).
 
     ``rows`` need ``question`` and ``ground_truth``; with tools a row's ``prompt`` (messages) is used as is, otherwise
     the prompt is built from the question with ``system_prompt`` (the system message itself, as
@@ -47,7 +49,7 @@ def evaluate_episodes(model, tokenizer, rows: list[dict[str, Any]], env_factory:
 
     from agentic_rl.agent.rollout import RolloutSettings, episode_stats, run_episodes
     from agentic_rl.data.formats import build_prompt
-    from agentic_rl.eval.error_analysis import categorize_episode
+    from agentic_rl.eval.error_analysis import EPISODE_CLASSIFIERS
     from agentic_rl.eval.metrics import pass_at_k as pass_at_k_of
     from agentic_rl.models.generate import seeded_sampling
 
@@ -69,7 +71,7 @@ def evaluate_episodes(model, tokenizer, rows: list[dict[str, Any]], env_factory:
     was_training = model.training
     model.eval()
     trajectories = []
-    classify = False
+    classify = None
     bar = tqdm(total=len(rows) * num_samples, desc=progress, unit="episode", disable=progress is None,
                file=sys.stderr)
     try:
@@ -81,9 +83,11 @@ def evaluate_episodes(model, tokenizer, rows: list[dict[str, Any]], env_factory:
                     env = env_factory()
                     env.tools_enabled = tools
                     envs.append(env)
-                # wrong episodes are classed by their calculator calls, in an environment that has the calculator
-                classify = any(getattr(tool, "name", None) == "calculator"
-                               for tool in getattr(envs[0], "offered_tools", None) or [])
+                # wrong episodes are classed by their calculator calls or their searches, in an environment
+                # that offers that tool
+                tool_names = {getattr(tool, "name", None) for tool in getattr(envs[0], "offered_tools", None) or []}
+                classify = next((EPISODE_CLASSIFIERS[name] for name in EPISODE_CLASSIFIERS if name in tool_names),
+                                None)
                 trajectories += run_episodes(model, tokenizer, envs, [dict(r) for r in chunk],
                                              [prompt_of(r) for r in chunk], settings)
                 bar.update(len(chunk))
@@ -96,7 +100,7 @@ def evaluate_episodes(model, tokenizer, rows: list[dict[str, Any]], env_factory:
         row = rows[e // num_samples]
         episodes.append({"index": e // num_samples, "sample": e % num_samples, "question": row.get("question"),
                          "ground_truth": str(row.get("ground_truth")), **t.summary()})
-        category = categorize_episode(episodes[-1], row) if classify and not t.correct else None
+        category = classify(episodes[-1], row) if classify and not t.correct else None
         if category is not None:
             episodes[-1]["category"], episodes[-1]["category_reason"] = category
     stats = episode_stats(trajectories)

@@ -17,7 +17,8 @@ Categories, tested in this precedence order (the first that applies wins):
 4. **reasoning** — everything else: the arithmetic written is correct and the answer is not a quantity of the
    problem, so the plan was wrong (wrong operation, missing or extra step).
 
-A wrong episode in the calculator environment is classed by its calls instead (:func:`categorize_episode`).
+A wrong episode in the calculator environment is classed by its calls instead (:func:`categorize_episode`), one in
+the search environment by its searches against the question's lookup chain (:func:`categorize_search_episode`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from agentic_rl.rewards import check_equations, extract_answer, parse_number
 CATEGORIES = ("format", "calculation", "understanding", "reasoning")
 
 _NUMBER = re.compile(r"(?<![\w.])-?\$?(?:\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)", re.ASCII)
+_PUNCTUATION = re.compile(r"[^\w\s'-]")
 _ANNOTATION_RESULT = re.compile(r"<<[^<>=]*=([^<>]*)>>")
 _NUMBER_WORDS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
@@ -175,9 +177,10 @@ def reference_steps(row: dict[str, Any]) -> list[tuple[str, float]]:
     return steps
 
 
-def episode_calls(episode: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(expression, result)`` of each calculator call of an episode, in order: the call's ``expression`` argument
-    and the tool message that answered it (``messages`` as the rollout records them)."""
+def episode_calls(episode: dict[str, Any], argument: str = "expression") -> list[tuple[str, str]]:
+    """``(argument, result)`` of each tool call of an episode, in order: the call's ``argument`` (a calculator's
+    ``expression``, a search's ``query``) and the tool message that answered it (``messages`` as the rollout records
+    them)."""
     from agentic_rl.agent.tool_format import parse_tool_calls
 
     calls: list[tuple[str, str]] = []
@@ -186,7 +189,7 @@ def episode_calls(episode: dict[str, Any]) -> list[tuple[str, str]]:
         if message.get("role") == "assistant":
             for call in parse_tool_calls(str(message.get("content", "")))[1]:
                 arguments = call.arguments if isinstance(call.arguments, dict) else {}
-                pending.append(str(arguments.get("expression", call.raw if call.error else "")))
+                pending.append(str(arguments.get(argument, call.raw if call.error else "")))
         elif message.get("role") == "tool" and pending:
             calls.append((pending.pop(0), str(message.get("content", ""))))
     return calls + [(expression, "") for expression in pending]
@@ -238,10 +241,98 @@ def categorize_episode(episode: dict[str, Any], row: dict[str, Any]) -> tuple[st
     return "answer_not_copied", f"every call right, the answer is not the last result ({calls[-1][1].strip()})"
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Episodes with a search tool: each wrong episode's searches against the question's lookup chain
+# ---------------------------------------------------------------------------------------------------------------
+
+#: Classes of a wrong search episode (:func:`categorize_search_episode`).
+SEARCH_EPISODE_CATEGORIES = ("no_search", "search_error", "lookup_misread", "lookup_miscopied", "hop_left_out",
+                             "hop_too_many", "no_answer", "answer_misread", "answer_miscopied")
+
+
+def categorize_search_episode(episode: dict[str, Any], row: dict[str, Any]) -> tuple[str, str] | None:
+    """``(category, reason)`` of a wrong search episode (:data:`SEARCH_EPISODE_CATEGORIES`): its searches compared, in
+    order, with the row's ``chain`` (the names a perfect agent looks up, as ``synthetic:world`` rows carry it in their
+    ``task_data``), names
+    compared as answers are (case, spacing and a leading "the" ignored; a query repeated is counted once); None when
+    the row has no chain. A search for another name than the chain's next is a *misread lookup* when that name was in
+    a result already read (the wrong passage's or the wrong relation's), else a *miscopied lookup*; fewer searches
+    than the chain's names are *a hop left out*, more *a hop too many*; every search right but the answer wrong is an
+    *answer misread* when the answer is a name of a result read (another fact), else an *answer miscopied*.
+
+    >>> row = {"chain": ["Orla Venn", "Tavo Ruskel"]}
+    >>> def episode(*searches, answer="Final Answer: Dunmor"):
+    ...     messages = []
+    ...     for query, result in searches:
+    ...         messages += [{"role": "assistant", "content": '<tool_call>{"name": "search", "arguments": '
+    ...                       f'{{"query": "{query}"}}}}</tool_call>'}, {"role": "tool", "content": result}]
+    ...     return {"messages": messages + [{"role": "assistant", "content": answer}]}
+    >>> orla = ("Orla Venn", "The mentor of Orla Venn is Tavo Ruskel. Orla Venn lives in Isya.")
+    >>> categorize_search_episode(episode(orla), row)[0]
+    'hop_left_out'
+    >>> tavo = ("Tavo Ruskel", "Tavo Ruskel was born in Dunmor.")
+    >>> categorize_search_episode(episode(orla, tavo, answer="Final Answer: Isya"), row)[0]
+    'answer_misread'
+    >>> categorize_search_episode(episode(orla, tavo, answer="Final Answer: Dunmar"), row)[0]
+    'answer_miscopied'
+    >>> categorize_search_episode(episode(orla, ("Isya", "no passage matches the query")), row)[0]
+    'lookup_misread'
+    """
+    from agentic_rl.data.formats import task_with_data
+    from agentic_rl.rewards import find_final_answers
+    from agentic_rl.rewards.extraction import name_key
+
+    chain = task_with_data(row).get("chain")
+    if not chain:
+        return None
+    searches = episode_calls(episode, "query")
+    if not searches:
+        return "no_search", "answered without a search"
+    read: list[str] = []  # the result texts read so far, as name keys would match inside them
+    queries: list[str] = []
+    for number, (query, result) in enumerate(searches, 1):
+        if result.strip().lower().startswith("error"):
+            return "search_error", f"search {number} ({query[:60]}) returned {result.strip()[:60]}"
+        key = name_key(query)
+        if key not in queries:
+            hop = len(queries)
+            if hop >= len(chain):
+                return "hop_too_many", f"search {number} ({query[:60]}) after the chain's {len(chain)} name(s)"
+            if key != name_key(str(chain[hop])):
+                seen = bool(key) and any(f" {key} " in text for text in read)
+                return (("lookup_misread" if seen else "lookup_miscopied"),
+                        f"search {number} is {query[:60]!r}, the chain's {chain[hop]!r}")
+            queries.append(key)
+        read.append(_words_of(result))
+    if len(queries) < len(chain):
+        return "hop_left_out", f"{len(queries)} of the chain's {len(chain)} name(s) searched"
+    messages = [m for m in episode.get("messages") or [] if m.get("role") == "assistant"]
+    spans = find_final_answers(str(messages[-1].get("content", ""))).spans if messages else []
+    answer = name_key(spans[0]) if spans else ""
+    if not answer:
+        return "no_answer", "every name searched, no final answer"
+    if any(f" {answer} " in text for text in read):
+        return "answer_misread", f"answered {spans[0][:60]!r}, another name of the passages read"
+    return "answer_miscopied", f"answered {spans[0][:60]!r}, a name of no passage read"
+
+
+def _words_of(text: str) -> str:
+    """A result's text as name keys are found in it: case folded, punctuation a space, spaces around each word."""
+    return f" {' '.join(_PUNCTUATION.sub(' ', text).casefold().split())} "
+
+
+#: The classes of each kind of episode classifier, in the order reports list them.
+EPISODE_CLASS_SETS = (EPISODE_CATEGORIES, SEARCH_EPISODE_CATEGORIES)
+#: The episode classifier of an environment that offers the tool of this name.
+EPISODE_CLASSIFIERS = {"calculator": categorize_episode, "search": categorize_search_episode}
+
+
 def count_episode_errors(episodes: list[dict[str, Any]]) -> dict[str, int] | None:
-    """How many wrong episodes fall in each :data:`EPISODE_CATEGORIES` (those with a ``category``), or None when
-    none has one (no reference steps, or no wrong episode)."""
+    """How many wrong episodes fall in each class of their classifier (:data:`EPISODE_CATEGORIES` or
+    :data:`SEARCH_EPISODE_CATEGORIES`; those with a ``category``), or None when none has one (no reference, or no
+    wrong episode)."""
     counts = Counter(e["category"] for e in episodes if e.get("category"))
     if not counts:
         return None
-    return {c: counts.get(c, 0) for c in EPISODE_CATEGORIES}
+    classes = next((c for c in EPISODE_CLASS_SETS if set(counts) <= set(c)), tuple(counts))
+    return {c: counts.get(c, 0) for c in classes}

@@ -459,8 +459,8 @@ def evaluate_model_in_environment(model_or_path: Any, rows: list[dict[str, Any]]
     when sampling ``pass@k`` for each k of ``config.pass_at_k``, the tool and environment statistics of the
     with-tools episodes at the top level and both settings' statistics under ``with_tools`` / ``without_tools``
     (``without_tools=False`` skips that setting: tune scores trials with tools only), and, where the rows have
-    reference steps, ``error_classes``: the wrong with-tools episodes per class of
-    :func:`agentic_rl.eval.error_analysis.categorize_episode`. With ``output_dir``:
+    reference steps or a lookup chain, ``error_classes``: the wrong with-tools episodes per class of
+    :func:`agentic_rl.eval.error_analysis.categorize_episode` or ``categorize_search_episode``. With ``output_dir``:
     ``metrics.json``, ``episodes_with_tools.jsonl``, ``episodes_without_tools.jsonl`` and ``report.md``.
     ``progress``: draw a progress bar over the episodes (the ``eval`` command does)."""
     from agentic_rl.agent.settings import environment_system_prompt
@@ -529,8 +529,8 @@ def environment_report(metrics: dict[str, Any]) -> str:
                      + " | ".join(f"{stats[k]:.3f}" if k in stats else "" for k in keys) + " |")
     classes = metrics.get("error_classes")
     if classes:
-        lines += ["", "Wrong episodes with tools, by their calls against the reference solution's steps "
-                  "(`agentic_rl.eval.error_analysis.categorize_episode`): "
+        lines += ["", "Wrong episodes with tools, by their calls against the reference (the solution's steps, "
+                  "or the question's lookup chain; `agentic_rl.eval.error_analysis`): "
                   + ", ".join(f"{name.replace('_', ' ')} {n}" for name, n in classes.items()) + "."]
     return "\n".join(lines) + "\n"
 
