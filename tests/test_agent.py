@@ -143,6 +143,30 @@ def test_calculator_environment_rewards_and_limits():
     loose = CalculatorEnv(grounded_calls_only=False)
     loose.reset({"question": QUESTION, "ground_truth": "1081"})
     assert loose.step(render_tool_call("calculator", {"expression": "99*2"})).reward == pytest.approx(0.1)
+
+
+
+def test_reference_calls_only_rewards_the_solutions_steps_not_a_grounded_detail():
+    """A call with a number the answer does not use is grounded (the number is in the question) but no step of the
+    solution: with reference_calls_only it earns nothing, and each reference step rewards one call."""
+    question = "A farm has 23 boxes with 47 eggs in each box. Leo is 34 years old. 5 eggs break. How many are left?"
+    task = {"question": question, "ground_truth": "1076",
+            "full_answer": "23 * 47 = <<23*47=1081>>1081\n1081 - 5 = <<1081-5=1076>>1076\n#### 1076"}
+
+    def rewards(env, *expressions):
+        env.reset(task)
+        return [env.step(render_tool_call("calculator", {"expression": e})).reward for e in expressions]
+
+    strict, grounded = CalculatorEnv(reference_calls_only=True), CalculatorEnv()
+    assert rewards(grounded, "23*47", "1081-34") == [pytest.approx(0.1), pytest.approx(0.1)]  # the detail, grounded
+    assert rewards(strict, "23*47", "1081-34") == [pytest.approx(0.1), 0.0]
+    assert rewards(strict, "47*23", "1081-5", "1076+0") == [pytest.approx(0.1), pytest.approx(0.1), 0.0]
+    # a task without annotations falls back to the grounded rule
+    strict.reset({"question": question, "ground_truth": "1076"})
+    assert strict.step(render_tool_call("calculator", {"expression": "23*47"})).reward == pytest.approx(0.1)
+    assert strict.step(render_tool_call("calculator", {"expression": "99*2"})).reward == 0.0
+    with pytest.raises(ConfigError, match=r"^reference_calls_only must be true or false, got 'yes'$"):
+        CalculatorEnv(reference_calls_only="yes")
     assert calculator("(120 - 15) / 3") == "35"
 
 

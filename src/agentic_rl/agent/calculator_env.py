@@ -13,7 +13,10 @@ against ``ground_truth``) or at ``max_turns``. Rewards: ``tool_call_reward`` per
 for a correct answer (see :class:`agentic_rl.agent.env.ToolEnvironment`). A call is *useful* here when it is grounded:
 every number in the expression appears in the question or in an earlier tool result (``39*83`` for "39 tickets for
 $83 each"); an ungrounded call still runs but earns nothing, so the tool bonus cannot be farmed with arbitrary
-arithmetic (``grounded_calls_only=False`` rewards any new valid call).
+arithmetic (``grounded_calls_only=False`` rewards any new valid call). A grounded call can still be a wrong step (a
+number the answer does not use, read as one), so ``reference_calls_only=True`` rewards only a call whose result is one
+of the reference solution's step results not yet rewarded (the task's ``<<a*b=c>>`` annotations in ``answer`` or
+``full_answer``); a task without annotations falls back to the grounded rule.
 
 Its tasks use :data:`agentic_rl.agent.tasks.AGENT_SYSTEM_PROMPT`; its demonstration replays the row's ``<<a*b=c>>``
 annotations as calls (:func:`agentic_rl.agent.tasks.demonstration`), the last turn written as ``final_turn`` says.
@@ -27,6 +30,7 @@ from decimal import Decimal, InvalidOperation
 from agentic_rl.agent.env import ToolEnvironment
 from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT, FINAL_TURNS, demonstration
 from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S, ToolError
+from agentic_rl.data.formats import CALC_STEP
 from agentic_rl.errors import ConfigError
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -40,6 +44,13 @@ def _numbers(text: str) -> set[Decimal]:
         except InvalidOperation:
             continue
     return out
+
+
+def _value(text: str) -> Decimal | None:
+    try:
+        return Decimal(str(text).strip().replace(",", "")).normalize()
+    except InvalidOperation:
+        return None
 
 
 def calculator(expression: str) -> str:
@@ -67,9 +78,14 @@ class CalculatorEnv(ToolEnvironment):
 
     def __init__(self, *, max_turns: int = 4, max_tool_calls: int = 3, tool_call_reward: float = 0.1,
                  tool_error_reward: float = 0.0, answer_reward: float = 1.0, tools_enabled: bool = True,
-                 answer_check=None, grounded_calls_only: bool = True, final_turn: str = "steps",
+                 answer_check=None, grounded_calls_only: bool = True, reference_calls_only: bool = False,
+                 final_turn: str = "steps",
                  tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
                  max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS):
+        for name, value in (("grounded_calls_only", grounded_calls_only),
+                            ("reference_calls_only", reference_calls_only)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name} must be true or false, got {value!r}")
         if final_turn not in FINAL_TURNS:
             raise ConfigError(f"final_turn must be one of {', '.join(FINAL_TURNS)}, got {final_turn!r}")
         self.final_turn = final_turn
@@ -77,11 +93,16 @@ class CalculatorEnv(ToolEnvironment):
                          tool_call_reward=tool_call_reward, tool_error_reward=tool_error_reward,
                          answer_reward=answer_reward, tools_enabled=tools_enabled, answer_check=answer_check,
                          tool_timeout_s=tool_timeout_s, max_tool_result_chars=max_tool_result_chars)
-        self.grounded_calls_only = grounded_calls_only
+        self.grounded_calls_only, self.reference_calls_only = grounded_calls_only, reference_calls_only
+        self._reference: list[Decimal] = []  # the step results of the task's solution not yet rewarded
+        self._has_reference = False
 
     def reset(self, task):
         super().reset(task)
         self._known = _numbers(str(task.get("question", "")))
+        solution = str(task.get("answer") or task.get("full_answer") or "")
+        self._reference = [v for _, text in CALC_STEP.findall(solution) if (v := _value(text)) is not None]
+        self._has_reference = bool(self._reference)
         return None
 
     def demonstration(self, task):
@@ -91,4 +112,10 @@ class CalculatorEnv(ToolEnvironment):
     def is_useful(self, call, result: str) -> bool:
         grounded = _numbers(str(call.arguments.get("expression", ""))) <= self._known
         self._known |= _numbers(result)
+        if self.reference_calls_only and self._has_reference:
+            value = _value(result)
+            if value in self._reference:
+                self._reference.remove(value)  # each reference step rewards one call
+                return True
+            return False
         return grounded or not self.grounded_calls_only
