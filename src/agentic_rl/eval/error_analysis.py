@@ -253,12 +253,12 @@ SEARCH_EPISODE_CATEGORIES = ("no_search", "search_error", "lookup_misread", "loo
 def categorize_search_episode(episode: dict[str, Any], row: dict[str, Any]) -> tuple[str, str] | None:
     """``(category, reason)`` of a wrong search episode (:data:`SEARCH_EPISODE_CATEGORIES`): its searches compared, in
     order, with the row's ``chain`` (the names a perfect agent looks up, as ``synthetic:world`` rows carry it in their
-    ``task_data``), names
-    compared as answers are (case, spacing and a leading "the" ignored; a query repeated is counted once); None when
-    the row has no chain. A search for another name than the chain's next is a *misread lookup* when that name was in
-    a result already read (the wrong passage's or the wrong relation's), else a *miscopied lookup*; fewer searches
-    than the chain's names are *a hop left out*, more *a hop too many*; every search right but the answer wrong is an
-    *answer misread* when the answer is a name of a result read (another fact), else an *answer miscopied*.
+    ``task_data``), names compared as answers are (case, spacing and a leading "the" ignored; a query repeated is
+    counted once); None when the row has no chain. A search for another name than the chain's next is a *misread
+    lookup* when that name was in a result already read (the wrong passage's or the wrong relation's), else a
+    *miscopied lookup*; fewer searches than the chain's names are *a hop left out*, more *a hop too many*; every
+    search right but the answer wrong is an *answer misread* when the answer is a name of a result read (another
+    fact), else an *answer miscopied*.
 
     >>> row = {"chain": ["Orla Venn", "Tavo Ruskel"]}
     >>> def episode(*searches, answer="Final Answer: Dunmor"):
