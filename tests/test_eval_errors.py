@@ -96,13 +96,13 @@ TOOL_ROW = {"question": "Noah plants 26 rows of tulips with 57 tulips in each ro
             "ground_truth": "1514", "steps": ["26 * 57 = 1482", "1482 + 32 = 1514"]}
 
 
-def tool_episode(*calls, answer="Final Answer: 1450"):
-    """An episode's messages as the rollout records them: each (expression, result) a call and its tool message."""
+def tool_episode(*calls, answer="Final Answer: 1450", tool="calculator", argument="expression"):
+    """An episode's messages as the rollout records them: each (argument, result) a call and its tool message."""
     messages = []
-    for expression, result in calls:
+    for value, result in calls:
         messages.append({"role": "assistant", "content": "<tool_call>\n" + json.dumps(
-            {"name": "calculator", "arguments": {"expression": expression}}) + "\n</tool_call>"})
-        messages.append({"role": "tool", "content": result, "name": "calculator"})
+            {"name": tool, "arguments": {argument: value}}) + "\n</tool_call>"})
+        messages.append({"role": "tool", "content": result, "name": tool})
     return {"messages": messages + [{"role": "assistant", "content": answer}]}
 
 
@@ -157,13 +157,8 @@ SALMI = ("the Salmi Guild", "The Salmi Guild is located in Dunmor Bay.")
 
 
 def search_episode(*searches, answer="Final Answer: Dunmor Bay"):
-    """A search episode's messages as the rollout records them: each (query, result) a call and its tool message."""
-    messages = []
-    for query, result in searches:
-        messages.append({"role": "assistant", "content": "<tool_call>\n" + json.dumps(
-            {"name": "search", "arguments": {"query": query}}) + "\n</tool_call>"})
-        messages.append({"role": "tool", "content": result, "name": "search"})
-    return {"messages": messages + [{"role": "assistant", "content": answer}]}
+    """A search episode as the rollout records it: each (query, result) a search and its tool message."""
+    return tool_episode(*searches, answer=answer, tool="search", argument="query")
 
 
 @pytest.mark.parametrize("searches, answer, category", [
