@@ -32,6 +32,7 @@ from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT, FINAL_TURNS, demonstrati
 from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S, ToolError
 from agentic_rl.data.formats import CALC_STEP
 from agentic_rl.errors import ConfigError
+from agentic_rl.rewards import parse_number
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
@@ -44,13 +45,6 @@ def _numbers(text: str) -> set[Decimal]:
         except InvalidOperation:
             continue
     return out
-
-
-def _value(text: str) -> Decimal | None:
-    try:
-        return Decimal(str(text).strip().replace(",", "")).normalize()
-    except InvalidOperation:
-        return None
 
 
 def calculator(expression: str) -> str:
@@ -94,14 +88,14 @@ class CalculatorEnv(ToolEnvironment):
                          answer_reward=answer_reward, tools_enabled=tools_enabled, answer_check=answer_check,
                          tool_timeout_s=tool_timeout_s, max_tool_result_chars=max_tool_result_chars)
         self.grounded_calls_only, self.reference_calls_only = grounded_calls_only, reference_calls_only
-        self._reference: list[Decimal] = []  # the step results of the task's solution not yet rewarded
+        self._reference: list[float] = []  # the step results of the task's solution not yet rewarded
         self._has_reference = False
 
     def reset(self, task):
         super().reset(task)
         self._known = _numbers(str(task.get("question", "")))
         solution = str(task.get("answer") or task.get("full_answer") or "")
-        self._reference = [v for _, text in CALC_STEP.findall(solution) if (v := _value(text)) is not None]
+        self._reference = [v for _, text in CALC_STEP.findall(solution) if (v := parse_number(text)) is not None]
         self._has_reference = bool(self._reference)
         return None
 
@@ -113,7 +107,7 @@ class CalculatorEnv(ToolEnvironment):
         grounded = _numbers(str(call.arguments.get("expression", ""))) <= self._known
         self._known |= _numbers(result)
         if self.reference_calls_only and self._has_reference:
-            value = _value(result)
+            value = parse_number(result)
             if value in self._reference:
                 self._reference.remove(value)  # each reference step rewards one call
                 return True
