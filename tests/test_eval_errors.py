@@ -8,8 +8,8 @@ import pytest
 
 from agentic_rl.eval.error_analysis import (CATEGORIES, EPISODE_CATEGORIES, SEARCH_EPISODE_CATEGORIES, categorize,
                                             categorize_episode, categorize_search_episode, count_episode_errors,
-                                            episode_calls, question_numbers, reference_intermediates,
-                                            reference_steps, summarize_errors)
+                                            episode_calls, episode_classifier, question_numbers,
+                                            reference_intermediates, reference_steps, summarize_errors)
 
 # A GSM8K-shaped row as load_task_dataset returns it (steps without annotations, raw answer with them).
 ROW = {
@@ -186,3 +186,16 @@ def test_search_episodes_need_a_chain_and_read_their_queries():
     row = {"chain": ["orla venn", "Tavo Ruskel", "The Salmi Guild"]}
     assert categorize_search_episode(search_episode(ORLA, TAVO, SALMI, answer="Final Answer: Isya"), row)[0] == (
         "answer_misread")
+
+
+def test_episode_classifier_follows_the_tools_an_environment_offers():
+    from types import SimpleNamespace
+
+    from agentic_rl.agent.calculator_env import CalculatorEnv
+    from agentic_rl.agent.memory_env import MemoryEnv
+
+    assert episode_classifier(CalculatorEnv()) is categorize_episode
+    assert episode_classifier(MemoryEnv()) is None  # remember / recall: no classifier of its own
+    searching = SimpleNamespace(offered_tools=[SimpleNamespace(name="lookup"), SimpleNamespace(name="search")])
+    assert episode_classifier(searching) is categorize_search_episode
+    assert episode_classifier(SimpleNamespace()) is None  # an environment without tools

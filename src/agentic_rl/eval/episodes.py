@@ -49,7 +49,7 @@ def evaluate_episodes(model, tokenizer, rows: list[dict[str, Any]], env_factory:
 
     from agentic_rl.agent.rollout import RolloutSettings, episode_stats, run_episodes
     from agentic_rl.data.formats import build_prompt
-    from agentic_rl.eval.error_analysis import EPISODE_CLASSIFIERS
+    from agentic_rl.eval.error_analysis import episode_classifier
     from agentic_rl.eval.metrics import pass_at_k as pass_at_k_of
     from agentic_rl.models.generate import seeded_sampling
 
@@ -83,11 +83,8 @@ def evaluate_episodes(model, tokenizer, rows: list[dict[str, Any]], env_factory:
                     env = env_factory()
                     env.tools_enabled = tools
                     envs.append(env)
-                # wrong episodes are classed by their calculator calls or their searches, in an environment
-                # that offers that tool
-                tool_names = {getattr(tool, "name", None) for tool in getattr(envs[0], "offered_tools", None) or []}
-                classify = next((EPISODE_CLASSIFIERS[name] for name in EPISODE_CLASSIFIERS if name in tool_names),
-                                None)
+                if start == 0:  # every environment of the factory offers the same tools
+                    classify = episode_classifier(envs[0])
                 trajectories += run_episodes(model, tokenizer, envs, [dict(r) for r in chunk],
                                              [prompt_of(r) for r in chunk], settings)
                 bar.update(len(chunk))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from agentic_rl.rewards import check_equations, extract_answer, parse_number
@@ -325,6 +326,13 @@ def _words_of(text: str) -> str:
 EPISODE_CLASS_SETS = (EPISODE_CATEGORIES, SEARCH_EPISODE_CATEGORIES)
 #: The episode classifier of an environment that offers the tool of this name.
 EPISODE_CLASSIFIERS = {"calculator": categorize_episode, "search": categorize_search_episode}
+
+
+def episode_classifier(env) -> Callable[[dict[str, Any], dict[str, Any]], tuple[str, str] | None] | None:
+    """The classifier of ``env``'s wrong episodes: by their calculator calls or their searches, in an environment that
+    offers that tool (:data:`EPISODE_CLASSIFIERS`); None for one that offers neither."""
+    tool_names = {getattr(tool, "name", None) for tool in getattr(env, "offered_tools", None) or []}
+    return next((EPISODE_CLASSIFIERS[name] for name in EPISODE_CLASSIFIERS if name in tool_names), None)
 
 
 def count_episode_errors(episodes: list[dict[str, Any]]) -> dict[str, int] | None:
