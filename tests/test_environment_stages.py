@@ -209,6 +209,35 @@ class ParityJudge(Environment):
         return StepResult([{"role": "user", "content": "again"}], 0.0, False)
 
 
+class EvenAnswers(Environment):
+    """A verdict fixed by the task alone: an episode is correct when the task's answer is even, whatever the model
+    writes, so every problem's pass rate is known (1 or 0)."""
+
+    max_turns = 1
+
+    def reset(self, task):
+        self.correct = int(float(task["ground_truth"])) % 2 == 0
+        return None
+
+    def step(self, assistant_text):
+        return StepResult([], float(self.correct), True, {"correct": self.correct})
+
+
+def test_difficulty_selection_in_an_environment_estimates_pass_rates_from_sampled_episodes(tiny_model_dir, tmp_path):
+    """`select_samples` with an environment: each candidate's pass rate is the share of its sampled episodes the
+    environment scores correct, so a band of [0.5, 1] keeps exactly the problems whose episodes succeed."""
+    from agentic_rl.train.grpo import run as grpo
+
+    out = tmp_path / "grpo"
+    result = grpo(grpo_config(tiny_model_dir, out, environment=f"{__name__}:EvenAnswers", max_completion_length=8,
+                              max_turn_tokens=8, select_samples=3, select_candidates=8, select_pass_rate_low=0.5,
+                              select_pass_rate_high=1.0, max_train_samples=16))
+    selection = json.loads((out / "difficulty.json").read_text())
+    even = selection["histogram"]["3/3"]  # the model's own single-turn answers would pass none of them
+    assert selection["candidates"] == 8 and selection["histogram"]["0/3"] == 8 - even  # no problem in between
+    assert selection["kept"] == even > 0 and result["difficulty_selection"] == selection
+
+
 def _sampled_eval(model_dir, out, **overrides):
     from agentic_rl.eval.evaluate import run as evaluate
 

@@ -14,7 +14,8 @@ into its base first, so the reference is the SFT policy and GRPO trains a fresh 
 those merged weights are written to ``<run>/base``, from which TRL reloads the reference. With ``--environment`` a
 completion is a whole multi-turn episode (settings in :class:`agentic_rl.agent.settings.EnvironmentSettings`), its
 return the one reward (``credit_assignment: turn``: each turn trained on its own return-to-go,
-:mod:`agentic_rl.train.credit`); ``use_vllm``, ``select_samples``, ``sft_loss_weight`` and ``--reward`` do not apply.
+:mod:`agentic_rl.train.credit`); ``use_vllm``, ``sft_loss_weight`` and ``--reward`` do not apply, and
+``select_samples`` estimates pass rates from sampled episodes.
 
 Run it::
 
@@ -169,7 +170,8 @@ class GRPOConfig(EnvironmentSettings):
     refill_max_draws: int = setting(0, "zero-variance groups (all rewards tie, no signal): extra generation rounds per "
                                   "batch that replace them with groups that have signal (0 = off, as TRL)")
     select_samples: int = setting(0, "difficulty selection: samples per training prompt from the starting model, at "
-                                "the training temperature, to estimate its pass rate (0 = off)")
+                                "the training temperature (episodes in an environment), to estimate its pass rate "
+                                "(0 = off)")
     select_candidates: int | None = setting(None, "difficulty selection: estimate at most this many training prompts "
                                             "(default: all)")
     select_pass_rate_low: float = setting(0.1, "difficulty selection: keep prompts whose pass rate is at least this")
@@ -307,9 +309,8 @@ class GRPOConfig(EnvironmentSettings):
                               "environment_args) instead of --reward")
         if self.use_vllm:
             raise ConfigError("use_vllm does not run multi-turn episodes yet: drop --use-vllm with --environment")
-        for name in ("select_samples", "sft_loss_weight"):
-            if getattr(self, name):
-                raise ConfigError(f"{name} works on single-turn prompts only: set it to 0 with --environment")
+        if self.sft_loss_weight:
+            raise ConfigError("sft_loss_weight works on single-turn prompts only: set it to 0 with --environment")
         if self.max_turn_tokens > self.max_completion_length:
             raise ConfigError(f"max_turn_tokens ({self.max_turn_tokens}) must not exceed max_completion_length "
                               f"({self.max_completion_length}), the budget of a whole episode")
@@ -428,7 +429,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     demonstrations = demonstrations_for(train, tokenizer, config) if config.sft_loss_weight else None
     selection = None
     if config.select_samples:
-        train, selection = select_training_prompts(model, tokenizer, train, config)
+        train, selection = select_training_prompts(model, tokenizer, train, config, env_factory)
 
     from agentic_rl.train.monitoring import MetricsLogger, StepCostCallback, resolve_report_to
 

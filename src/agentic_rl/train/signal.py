@@ -5,8 +5,9 @@ same has zero advantage everywhere. At a few-percent sampled accuracy most group
 is wasted. TRL 1.16 has no remedy; these three options of the GRPO stage supply the ones the field relies on:
 
 * **Difficulty selection** (before training): estimate every candidate prompt's pass rate from ``k`` samples of the
-  starting policy at the training temperature and keep the prompts whose rate lies in a band (e.g. 0.1-0.9), where
-  a group is likely to hold both right and wrong answers (:func:`estimate_pass_rates`, :func:`select_by_pass_rate`).
+  starting policy at the training temperature (``k`` sampled episodes in an environment) and keep the prompts whose
+  rate lies in a band (e.g. 0.1-0.9), where a group is likely to hold both right and wrong answers
+  (:func:`estimate_pass_rates`, :func:`select_by_pass_rate`).
 * **Zero-variance filtering with refill** (every generation batch, DAPO's dynamic sampling): drop the groups whose
   rewards all tie and generate replacement prompts until the batch is full of groups with signal, at most
   ``refill_max_draws`` extra generation rounds; what is still missing then is filled with dropped groups, so the batch
@@ -33,8 +34,22 @@ from agentic_rl.utils import log
 
 
 def estimate_pass_rates(model, tokenizer, rows: list[dict[str, Any]], *, samples: int, temperature: float,
-                        max_new_tokens: int, seed: int = 0) -> list[float]:
-    """Per row: the share of ``samples`` completions (sampled at ``temperature``) that are correct (strict)."""
+                        max_new_tokens: int, seed: int = 0, env_factory=None, tools_in_prompt: bool = True,
+                        max_turn_tokens: int = 48) -> list[float]:
+    """Per row: the share of ``samples`` completions (sampled at ``temperature``) that are correct (strict). With
+    ``env_factory``, the share of ``samples`` sampled episodes in that environment, with its tools, that it scores
+    correct (``max_new_tokens`` then bounds a whole episode, as ``max_completion_length`` does in training)."""
+    if env_factory is not None:
+        from agentic_rl.eval.episodes import evaluate_episodes
+
+        _, episodes = evaluate_episodes(model, tokenizer, rows, env_factory, tools=True,
+                                        tools_in_prompt=tools_in_prompt, max_turn_tokens=max_turn_tokens,
+                                        max_completion_length=max_new_tokens, num_samples=samples,
+                                        temperature=temperature, seed=seed)
+        correct = [0] * len(rows)
+        for episode in episodes:
+            correct[episode["index"]] += bool(episode["correct"])
+        return [c / samples for c in correct]
     from agentic_rl.models.generate import generate_batched
     from agentic_rl.rewards import is_correct
 
@@ -160,17 +175,20 @@ def select_groups(batch: dict[str, Any], groups, num_generations: int) -> dict[s
     return select_rows(batch, rows)
 
 
-def select_training_prompts(model, tokenizer, train, config):
+def select_training_prompts(model, tokenizer, train, config, env_factory=None):
     """Difficulty selection: the training prompts whose pass rate, estimated from ``select_samples`` samples of the
-    starting policy at the training temperature, lies in the band; returns ``(dataset, record)`` where the record
-    (written to ``difficulty.json``) holds the band, the counts and the histogram of estimated pass rates."""
+    starting policy at the training temperature (episodes in the environment of ``env_factory`` when given), lies in
+    the band; returns ``(dataset, record)`` where the record (written to ``difficulty.json``) holds the band, the
+    counts and the histogram of estimated pass rates."""
     import datasets
 
     started = time.time()
     rows = train.to_list()[: config.select_candidates or None]
     low, high = config.select_pass_rate_low, config.select_pass_rate_high
+    episode_settings = ({"env_factory": env_factory, "tools_in_prompt": config.tools_in_prompt,
+                         "max_turn_tokens": config.max_turn_tokens} if env_factory is not None else {})
     rates = estimate_pass_rates(model, tokenizer, rows, samples=config.select_samples, temperature=config.temperature,
-                                max_new_tokens=config.max_completion_length, seed=config.seed)
+                                max_new_tokens=config.max_completion_length, seed=config.seed, **episode_settings)
     kept = select_by_pass_rate(rows, rates, low, high)
     log_selection(rates, len(kept), config.select_samples, low, high)
     histogram = pass_rate_histogram(rates, config.select_samples)
