@@ -169,9 +169,8 @@ class GRPOConfig(EnvironmentSettings):
     # --- learning signal (train/signal.py) ------------------------------------------------------------------------
     refill_max_draws: int = setting(0, "zero-variance groups (all rewards tie, no signal): extra generation rounds per "
                                   "batch that replace them with groups that have signal (0 = off, as TRL)")
-    select_samples: int = setting(0, "difficulty selection: samples per training prompt from the starting model, at "
-                                "the training temperature (episodes in an environment), to estimate its pass rate "
-                                "(0 = off)")
+    select_samples: int = setting(0, "difficulty selection: samples (episodes in an environment) per training prompt "
+                                "from the starting model at the training temperature: its pass rate (0 = off)")
     select_candidates: int | None = setting(None, "difficulty selection: estimate at most this many training prompts "
                                             "(default: all)")
     select_pass_rate_low: float = setting(0.1, "difficulty selection: keep prompts whose pass rate is at least this")
