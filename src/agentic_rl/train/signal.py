@@ -45,7 +45,7 @@ def estimate_pass_rates(model, tokenizer, rows: list[dict[str, Any]], *, samples
         _, episodes = evaluate_episodes(model, tokenizer, rows, env_factory, tools=True,
                                         tools_in_prompt=tools_in_prompt, max_turn_tokens=max_turn_tokens,
                                         max_completion_length=max_new_tokens, num_samples=samples,
-                                        temperature=temperature, seed=seed)
+                                        temperature=temperature, seed=seed, progress="difficulty selection")
         correct = [0] * len(rows)
         for episode in episodes:
             correct[episode["index"]] += bool(episode["correct"])
