@@ -11,9 +11,9 @@ and stops, as any stage does, unless ``--overwrite`` is given (every step is the
 
 0. ``pipeline/sft/``: without ``--sft-model``, the pipeline's SFT stage from the shipped base (``model: embedded``)
    on the single-turn synthetic task with clean demonstrations (``answer_first_fraction: 0``) and the quickstart's
-   SFT settings (:data:`BASE`) except ``max_steps``: :data:`SFT_STEPS` steps, so that the SFT model solves a fair
-   share of the problems but not most (the quickstart's 200 steps solve most): the preferences then hold many pairs
-   with a right answer against a wrong one, and GRPO has room to add.
+   SFT settings (:data:`BASE`) except ``max_steps``: ``--sft-steps`` (:data:`SFT_STEPS`), so that the SFT model
+   solves a fair share of the problems but not most: the preferences then hold many pairs with a right answer
+   against a wrong one, and GRPO has room to add.
 1. ``preferences/``: the SFT model samples ``--k`` completions for each of ``--prompts`` training prompts at GRPO's
    ``--temperature`` (the distribution the reward model will score); the judge
    (``--judge``, default the verifier ``accuracy:1.0`` plus ``format:0.2``, so that a prompt with no right answer
@@ -56,10 +56,10 @@ from agentic_rl.train.reward_model import RewardModelConfig
 from agentic_rl.train.reward_model import run as run_reward_model
 from agentic_rl.utils import free_memory, log, read_json, read_jsonl, write_json
 
-#: SFT steps from the shipped base. 40 steps x 32 clean demonstrations leave the SFT model at 30-60 % held-out (seed
-#: 0: 44 %); 80 steps reach 57 %, and the quickstart's 200 reach 72 %, where GRPO and the preferences have little
-#: left to find. Measurements: docs/results.md.
-SFT_STEPS = 40
+#: SFT steps from the shipped base. Its pretraining has taught it the task's arithmetic, so a few steps of clean
+#: demonstrations teach the answer format and the SFT model lands near 65 % held-out after 4 to 10 steps (seed 0),
+#: where 40 steps reach 77 % and leave GRPO and the preferences less to find. Measurements: docs/results.md.
+SFT_STEPS = 10
 
 #: The pipeline the ladder runs: the single-turn quickstart's model, task and SFT settings (clean demonstrations,
 #: :data:`SFT_STEPS` steps); the ladder adds the ``grpo`` section and the stages.
@@ -95,7 +95,7 @@ def thirds(values: list[float]) -> tuple[float, float]:
     return _mean(values[:n]), _mean(values[-n:])
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sft-model", help="start from this SFT model (e.g. runs/quickstart/sft/model; its control "
                         "continues SFT on the clean demonstrations); default: SFT from the shipped base (BASE)")
@@ -104,8 +104,10 @@ def main() -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="run every step again, replacing the outputs of an earlier run in --out (without it, "
                              "steps that finished with the same settings are skipped)")
+    parser.add_argument("--sft-steps", type=int, default=SFT_STEPS,
+                        help="SFT steps from the shipped base (without --sft-model); default %(default)s")
     parser.add_argument("--system-prompt", default="", help="as the SFT stage used ('' for the embedded quickstart)")
-    parser.add_argument("--prompts", type=int, default=256, help="training prompts for the preference data")
+    parser.add_argument("--prompts", type=int, default=1024, help="training prompts for the preference data")
     parser.add_argument("--k", type=int, default=4, help="completions sampled per prompt")
     parser.add_argument("--judge", nargs="+", default=["accuracy:1.0", "format:0.2"])
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -126,7 +128,21 @@ def main() -> None:
     parser.add_argument("--report", nargs="+", metavar="SUMMARY.json",
                         help="print the tables of finished runs and their means with 95 %% intervals instead of "
                              "running")
-    args = parser.parse_args()
+    return parser
+
+
+def pipeline_settings(args: argparse.Namespace, root: Path) -> dict:
+    """The settings of the pipeline that runs SFT, GRPO(verifier) and its control, in ``root``."""
+    pipeline = {**BASE, "name": f"rlaif-ladder-seed{args.seed}", "output_dir": str(root), "seed": args.seed,
+                "system_prompt": args.system_prompt, "eval": {"seed": 0, "max_new_tokens": args.max_new_tokens},
+                "sft": {**BASE["sft"], "max_steps": args.sft_steps}}
+    if args.sft_model:
+        pipeline["model"] = args.sft_model
+    return pipeline
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     if args.report:
         report(args.report)
         return
@@ -157,10 +173,7 @@ def main() -> None:
 
     # The pipeline runs SFT, GRPO(verifier) and its control; the pipeline skips its own finished stages.
     root = out / "pipeline"
-    pipeline = {**BASE, "name": f"rlaif-ladder-seed{args.seed}", "output_dir": str(root), "seed": args.seed,
-                "system_prompt": args.system_prompt, "eval": {"seed": 0, "max_new_tokens": args.max_new_tokens}}
-    if args.sft_model:
-        pipeline["model"] = args.sft_model
+    pipeline = pipeline_settings(args, root)
     fresh = args.overwrite  # only the first pipeline call starts the run directory over
 
     def pipeline_run(stages: list[str], grpo: dict | None = None) -> dict:

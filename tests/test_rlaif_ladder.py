@@ -55,3 +55,16 @@ def test_a_held_out_drop_below_the_start_is_hacking(ladder):
     around = {"mean_difference": -0.01, "ci95": [-0.05, 0.03]}
     assert ladder.hacking_verdict(curve(rm, accuracy), 4, heldout=below).startswith("YES")
     assert ladder.hacking_verdict(curve(rm, accuracy), 4, heldout=around).startswith("a sign")
+
+
+def test_sft_steps_reach_the_pipelines_sft_stage(ladder, tmp_path):
+    from agentic_rl.config import config_from_dict
+    from agentic_rl.pipeline import PipelineConfig
+
+    def sft_steps(*argv: str) -> int:
+        settings = ladder.pipeline_settings(ladder.build_parser().parse_args(list(argv)), tmp_path)
+        return config_from_dict(PipelineConfig, {**settings, "stages": ["sft"]}).sft["max_steps"]
+
+    assert sft_steps() == ladder.SFT_STEPS
+    assert sft_steps("--sft-steps", "15") == 15
+    assert ladder.BASE["sft"]["max_steps"] == ladder.SFT_STEPS  # the default settings are left as they were
