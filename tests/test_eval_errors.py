@@ -6,10 +6,12 @@ import json
 
 import pytest
 
-from agentic_rl.eval.error_analysis import (CATEGORIES, EPISODE_CATEGORIES, SEARCH_EPISODE_CATEGORIES, categorize,
-                                            categorize_episode, categorize_search_episode, count_episode_errors,
-                                            episode_calls, episode_classifier, question_numbers,
-                                            reference_intermediates, reference_steps, summarize_errors)
+from agentic_rl.eval.error_analysis import (CATEGORIES, EPISODE_CATEGORIES, MEMORY_EPISODE_CATEGORIES,
+                                            SEARCH_EPISODE_CATEGORIES, categorize, categorize_episode,
+                                            categorize_memory_episode, categorize_search_episode,
+                                            count_episode_errors, episode_calls, episode_classifier,
+                                            question_numbers, reference_intermediates, reference_steps,
+                                            summarize_errors)
 
 # A GSM8K-shaped row as load_task_dataset returns it (steps without annotations, raw answer with them).
 ROW = {
@@ -195,7 +197,72 @@ def test_episode_classifier_follows_the_tools_an_environment_offers():
     from agentic_rl.agent.memory_env import MemoryEnv
 
     assert episode_classifier(CalculatorEnv()) is categorize_episode
-    assert episode_classifier(MemoryEnv()) is None  # remember / recall: no classifier of its own
+    assert episode_classifier(MemoryEnv()) is categorize_memory_episode
     searching = SimpleNamespace(offered_tools=[SimpleNamespace(name="lookup"), SimpleNamespace(name="search")])
     assert episode_classifier(searching) is categorize_search_episode
     assert episode_classifier(SimpleNamespace()) is None  # an environment without tools
+
+
+# A synthetic:memory row as the dataset carries it: four events, the question's chain in the second and the fourth.
+MEMORY_EVENTS = ["Kel Orla lives in Vacal.", "The mentor of Orla Venn is Tavo Ruskel.", "Mira Tam was born in Isya.",
+                 "Tavo Ruskel was born in Dunmor Bay."]
+MEMORY_ROW = {"question": f"Log 1. Event 1 of 4: {MEMORY_EVENTS[0]}", "ground_truth": "Dunmor Bay",
+              "task_data": json.dumps({
+                  "log_question": "Where was the mentor of Orla Venn born?", "events": MEMORY_EVENTS, "hops": 2,
+                  "facts": [["Kel Orla", "lives_in", "Vacal"], ["Orla Venn", "mentor", "Tavo Ruskel"],
+                            ["Mira Tam", "born_in", "Isya"], ["Tavo Ruskel", "born_in", "Dunmor Bay"]],
+                  "needed": [1, 3], "chain": ["Orla Venn", "Tavo Ruskel"]})}
+STORES = [("Kel Orla", "lives in Vacal"), ("Orla Venn", "mentor is Tavo Ruskel"), ("Mira Tam", "born in Isya"),
+          ("Tavo Ruskel", "born in Dunmor Bay")]
+RECALL_ORLA = ("Orla Venn", "mentor is Tavo Ruskel")
+RECALL_TAVO = ("Tavo Ruskel", "born in Dunmor Bay")
+
+
+def memory_episode(stores, recalls, answer):
+    """A memory episode as the rollout records it: a remember call per event (each answered "stored", then the next
+    event), the question, a recall call per (key, result), then the answer."""
+    def call(name, **arguments):
+        return {"role": "assistant", "content": "<tool_call>\n" + json.dumps(
+            {"name": name, "arguments": arguments}) + "\n</tool_call>"}
+
+    messages = []
+    for number, (key, text) in enumerate(stores, 2):
+        messages += [call("remember", key=key, text=text), {"role": "tool", "content": "stored", "name": "remember"},
+                     {"role": "user", "content": f"Event {number} of 4: {MEMORY_EVENTS[(number - 1) % 4]}"}]
+    messages.append({"role": "user", "content": "Question: Where was the mentor of Orla Venn born?"})
+    for key, result in recalls:
+        messages += [call("recall", key=key), {"role": "tool", "content": result, "name": "recall"}]
+    return {"messages": messages + [{"role": "assistant", "content": answer}]}
+
+
+@pytest.mark.parametrize("stores, recalls, answer, category", [
+    (STORES[:3], (RECALL_ORLA,), "Final Answer: Tavo Ruskel", "fact_not_stored"),  # the last needed fact never stored
+    ([*STORES[:3], ("Tavo Ruskol", "born in Dunmor Bay")],
+     (RECALL_ORLA, ("Tavo Ruskel", "no note under 'Tavo Ruskel'")), "Final Answer: Isya",
+     "fact_miscopied"),  # stored under a miscopied key
+    ([*STORES[:3], ("Tavo Ruskel", "mentor is Mira Tam")], (RECALL_ORLA, ("Tavo Ruskel", "mentor is Mira Tam")),
+     "Final Answer: Mira Tam", "fact_miscopied"),  # under the right key, without the fact's object
+    (STORES, (), "Final Answer: Isya", "no_recall"),
+    (STORES, (("Kel Orla", "lives in Vacal"),), "Final Answer: Vacal", "recall_misread"),  # a name of another event
+    (STORES, (("Orla Ven", "no note under 'Orla Ven'"),), "Final Answer: Isya", "recall_miscopied"),
+    (STORES, (RECALL_ORLA, RECALL_ORLA), "Final Answer: Tavo Ruskel", "recall_left_out"),  # a repeat counts once
+    (STORES, (RECALL_ORLA, RECALL_TAVO, ("Dunmor Bay", "no note under 'Dunmor Bay'")), "Final Answer: Isya",
+     "recall_too_many"),
+    (STORES, (RECALL_ORLA, RECALL_TAVO), "I do not know.", "no_answer"),
+    (STORES, (RECALL_ORLA, RECALL_TAVO), "Final Answer: Vacal", "answer_misread"),
+    (STORES, (RECALL_ORLA, RECALL_TAVO), "Final Answer: Dunmor Vale", "answer_miscopied"),
+])
+def test_each_memory_episode_category_from_hand_made_episodes(stores, recalls, answer, category):
+    got, reason = categorize_memory_episode(memory_episode(stores, recalls, answer), MEMORY_ROW)
+    assert got == category and reason
+
+
+def test_memory_episodes_need_a_chain_and_count_in_their_classes():
+    episode = memory_episode(STORES, (RECALL_ORLA, RECALL_TAVO), "Final Answer: Vacal")
+    assert categorize_memory_episode(episode, {"question": "q", "ground_truth": "Isya"}) is None
+    # a note under the subject's key holding the object counts as stored, whatever its wording
+    loose = [*STORES[:3], ("tavo ruskel", "Dunmor Bay is where he was born")]
+    assert categorize_memory_episode(memory_episode(loose, (RECALL_ORLA, RECALL_TAVO), "Final Answer: Vacal"),
+                                     MEMORY_ROW)[0] == "answer_misread"
+    counts = count_episode_errors([{"category": "recall_left_out"}, {"category": "fact_not_stored"}])
+    assert list(counts) == list(MEMORY_EPISODE_CATEGORIES) and sum(counts.values()) == 2

@@ -213,6 +213,17 @@ def test_skipped_stores_are_the_expected_share_and_a_skipped_needed_fact_gives_a
         MemoryEnv(skip_store_fraction=1.5)
 
 
+def test_error_analysis_classes_a_skipped_needed_store_as_a_fact_not_stored(memory_rows):
+    from collections import Counter
+
+    from agentic_rl.eval.error_analysis import categorize_memory_episode
+
+    env = MemoryEnv(skip_store_fraction=0.3)
+    classes = Counter(categorize_memory_episode({"messages": env.demonstration(row)}, row)[0]
+                      for row in memory_rows if set(env.skipped_events(row)) & set(row["needed"]))
+    assert sum(classes.values()) > 50 and set(classes) == {"fact_not_stored"}
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Data, registry, tokenizer
 # ---------------------------------------------------------------------------------------------------------------
@@ -321,3 +332,8 @@ def test_sft_grpo_and_evaluation_play_memory_logs_through_the_stages(tiny_model_
         metrics["with_tools"])
     episodes = read_jsonl(tmp_path / "eval" / "episodes_with_tools.jsonl")
     assert all(e["question"].startswith("Log ") for e in episodes)
+    from agentic_rl.eval.error_analysis import MEMORY_EPISODE_CATEGORIES
+
+    wrong = [e for e in episodes if not e["correct"]]  # each wrong log classed by its notes and recalls
+    assert wrong and all(e["category"] in MEMORY_EPISODE_CATEGORIES and e["category_reason"] for e in wrong)
+    assert list(metrics["error_classes"]) == list(MEMORY_EPISODE_CATEGORIES)

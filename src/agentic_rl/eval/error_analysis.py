@@ -18,7 +18,8 @@ Categories, tested in this precedence order (the first that applies wins):
    problem, so the plan was wrong (wrong operation, missing or extra step).
 
 A wrong episode in the calculator environment is classed by its calls instead (:func:`categorize_episode`), one in
-the search environment by its searches against the question's lookup chain (:func:`categorize_search_episode`).
+the search environment by its searches against the question's lookup chain (:func:`categorize_search_episode`), one
+in the memory environment by its notes and recalls against the log's chain (:func:`categorize_memory_episode`).
 """
 
 from __future__ import annotations
@@ -317,28 +318,138 @@ def categorize_search_episode(episode: dict[str, Any], row: dict[str, Any]) -> t
     return "answer_miscopied", f"answered {spans[0][:60]!r}, a name of no passage read"
 
 
+MEMORY_EPISODE_CATEGORIES = ("fact_not_stored", "fact_miscopied", "no_recall", "recall_misread", "recall_miscopied",
+                             "recall_left_out", "recall_too_many", "no_answer", "answer_misread",
+                             "answer_miscopied")
+
+
+def _named_calls(episode: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
+    """``(tool name, arguments, result)`` of each well-formed tool call of an episode, in order."""
+    from agentic_rl.agent.tool_format import parse_tool_calls
+
+    calls: list[tuple[str, dict[str, Any], str]] = []
+    pending: list[tuple[str, dict[str, Any]]] = []
+    for message in episode.get("messages") or []:
+        if message.get("role") == "assistant":
+            for call in parse_tool_calls(str(message.get("content", "")))[1]:
+                arguments = call.arguments if isinstance(call.arguments, dict) else {}
+                pending.append(("" if call.error else str(call.name), arguments))
+        elif message.get("role") == "tool" and pending:
+            name, arguments = pending.pop(0)
+            calls.append((name, arguments, str(message.get("content", ""))))
+    return calls + [(name, arguments, "") for name, arguments in pending]
+
+
+def categorize_memory_episode(episode: dict[str, Any], row: dict[str, Any]) -> tuple[str, str] | None:
+    """``(category, reason)`` of a wrong memory episode (:data:`MEMORY_EPISODE_CATEGORIES`), following the facts the
+    answer needs (the row's ``facts``, ``needed`` and ``chain``, as ``synthetic:memory`` rows carry them in their
+    ``task_data``) through the episode; None when the row has no chain. Names are compared as answers are.
+
+    A needed fact is *stored* when a ``remember`` call under its subject's key holds its object (in any wording);
+    *miscopied* when a note under that key lacks the object or the object went under another key; *not stored*
+    when neither is there. Then the recalls, in order (a key repeated is
+    counted once), against the chain: a key other than the chain's next is a *misread recall* when it is a name the
+    episode had read (an event or a recalled note), else a *miscopied recall*; fewer keys than the chain's are *a
+    recall left out* (answered a hop short), more *a recall too many*. With every recall right, the answer is
+    *misread* when it is another name the episode read, else *miscopied*.
+
+    >>> row = {"facts": [["Orla Venn", "mentor", "Tavo Ruskel"], ["Tavo Ruskel", "born", "Dunmor"]],
+    ...        "needed": [0, 1], "chain": ["Orla Venn", "Tavo Ruskel"], "answer": "Dunmor"}
+    >>> def call(name, **arguments):
+    ...     import json
+    ...     return {"role": "assistant", "content": "<tool_call>" + json.dumps(
+    ...         {"name": name, "arguments": arguments}) + "</tool_call>"}
+    >>> store = [call("remember", key="Orla Venn", text="mentor is Tavo Ruskel"), {"role": "tool", "content": "stored"},
+    ...          call("remember", key="Tavo Ruskel", text="born in Dunmor"), {"role": "tool", "content": "stored"}]
+    >>> recall = [call("recall", key="Orla Venn"), {"role": "tool", "content": "mentor is Tavo Ruskel"}]
+    >>> def episode(*messages, answer="Final Answer: Isya"):
+    ...     return {"messages": [*messages, {"role": "assistant", "content": answer}]}
+    >>> categorize_memory_episode(episode(*store[:2], *recall), row)[0]
+    'fact_not_stored'
+    >>> categorize_memory_episode(episode(*store, *recall, answer="Final Answer: Tavo Ruskel"), row)[0]
+    'recall_left_out'
+    >>> tavo = [call("recall", key="Tavo Ruskel"), {"role": "tool", "content": "born in Dunmor"}]
+    >>> categorize_memory_episode(episode(*store, *recall, *tavo, answer="Final Answer: Dunmar"), row)[0]
+    'answer_miscopied'
+    """
+    from agentic_rl.data.formats import task_with_data
+    from agentic_rl.rewards import find_final_answers
+    from agentic_rl.rewards.extraction import name_key
+
+    task = task_with_data(row)
+    chain, facts, needed = task.get("chain"), task.get("facts"), task.get("needed")
+    if not chain or not facts or needed is None:
+        return None
+    calls = _named_calls(episode)
+    stores = [(name_key(str(a.get("key", ""))), _words_of(str(a.get("text", "")))) for n, a, _ in calls
+              if n == "remember"]
+    for index in needed:
+        subject, _, obj = (str(part) for part in facts[int(index)])
+        holding = [key for key, text in stores if f" {name_key(obj)} " in text]
+        if name_key(subject) in holding:
+            continue
+        # notes of the log's other facts are not this one's copies: another subject with the same object (two
+        # people born in one town), or the same subject's other relations
+        holding = [key for key in holding if key not in {name_key(str(f[0])) for f in facts
+                                                          if name_key(str(f[2])) == name_key(obj)}]
+        others = {name_key(str(f[2])) for f in facts if name_key(str(f[0])) == name_key(subject)} - {name_key(obj)}
+        if any(key == name_key(subject) and not any(f" {o} " in text for o in others) for key, text in stores):
+            return "fact_miscopied", f"the notes under {subject!r} do not hold {obj!r}"
+        if holding:
+            return "fact_miscopied", f"{obj!r} stored under {holding[0]!r}, not {subject!r}"
+        return "fact_not_stored", f"no note under {subject!r} and none holds {obj!r}"
+    read = [_words_of(str(event)) for event in task.get("events") or []]
+    recalled: list[str] = []
+    for number, (name, arguments, result) in enumerate(calls, 1):
+        if name != "recall":
+            continue
+        key = name_key(str(arguments.get("key", "")))
+        if key not in recalled:
+            hop = len(recalled)
+            if hop >= len(chain):
+                return "recall_too_many", f"call {number} recalls {key!r} after the chain's {len(chain)} key(s)"
+            if key != name_key(str(chain[hop])):
+                seen = bool(key) and any(f" {key} " in text for text in read)
+                return (("recall_misread" if seen else "recall_miscopied"),
+                        f"call {number} recalls {key!r}, the chain's {chain[hop]!r}")
+            recalled.append(key)
+        read.append(_words_of(result))
+    if not recalled:
+        return "no_recall", "answered without a recall"
+    if len(recalled) < len(chain):
+        return "recall_left_out", f"{len(recalled)} of the chain's {len(chain)} key(s) recalled"
+    messages = [m for m in episode.get("messages") or [] if m.get("role") == "assistant"]
+    spans = find_final_answers(str(messages[-1].get("content", ""))).spans if messages else []
+    answer = name_key(spans[0]) if spans else ""
+    if not answer:
+        return "no_answer", "every key recalled, no final answer"
+    if any(f" {answer} " in text for text in read):
+        return "answer_misread", f"answered {spans[0][:60]!r}, another name the episode read"
+    return "answer_miscopied", f"answered {spans[0][:60]!r}, a name the episode never read"
+
+
 def _words_of(text: str) -> str:
     """A result's text as name keys are found in it: case folded, punctuation a space, spaces around each word."""
     return f" {' '.join(_PUNCTUATION.sub(' ', text).casefold().split())} "
 
 
 #: The classes of each kind of episode classifier, in the order reports list them.
-EPISODE_CLASS_SETS = (EPISODE_CATEGORIES, SEARCH_EPISODE_CATEGORIES)
+EPISODE_CLASS_SETS = (EPISODE_CATEGORIES, SEARCH_EPISODE_CATEGORIES, MEMORY_EPISODE_CATEGORIES)
 #: The episode classifier of an environment that offers the tool of this name.
-EPISODE_CLASSIFIERS = {"calculator": categorize_episode, "search": categorize_search_episode}
+EPISODE_CLASSIFIERS = {"calculator": categorize_episode, "search": categorize_search_episode,
+                       "remember": categorize_memory_episode}
 
 
 def episode_classifier(env) -> Callable[[dict[str, Any], dict[str, Any]], tuple[str, str] | None] | None:
-    """The classifier of ``env``'s wrong episodes: by their calculator calls or their searches, in an environment that
-    offers that tool (:data:`EPISODE_CLASSIFIERS`); None for one that offers neither."""
+    """The classifier of ``env``'s wrong episodes: by their calculator calls, their searches or their notes, in an
+    environment that offers that tool (:data:`EPISODE_CLASSIFIERS`); None for one that offers none of them."""
     tool_names = {getattr(tool, "name", None) for tool in getattr(env, "offered_tools", None) or []}
     return next((EPISODE_CLASSIFIERS[name] for name in EPISODE_CLASSIFIERS if name in tool_names), None)
 
 
 def count_episode_errors(episodes: list[dict[str, Any]]) -> dict[str, int] | None:
-    """How many wrong episodes fall in each class of their classifier (:data:`EPISODE_CATEGORIES` or
-    :data:`SEARCH_EPISODE_CATEGORIES`; those with a ``category``), or None when none has one (no reference, or no
-    wrong episode)."""
+    """How many wrong episodes fall in each class of their classifier (:data:`EPISODE_CLASS_SETS`; those with a
+    ``category``), or None when none has one (no reference, or no wrong episode)."""
     counts = Counter(e["category"] for e in episodes if e.get("category"))
     if not counts:
         return None
