@@ -183,18 +183,26 @@ def episode_calls(episode: dict[str, Any], argument: str = "expression") -> list
     """``(argument, result)`` of each tool call of an episode, in order: the call's ``argument`` (a calculator's
     ``expression``, a search's ``query``) and the tool message that answered it (``messages`` as the rollout records
     them)."""
+    calls = []
+    for call, result in _calls_with_results(episode):
+        arguments = call.arguments if isinstance(call.arguments, dict) else {}
+        calls.append((str(arguments.get(argument, call.raw if call.error else "")), result))
+    return calls
+
+
+def _calls_with_results(episode: dict[str, Any]) -> list[tuple[Any, str]]:
+    """Each tool call of an episode (parsed, :func:`agentic_rl.agent.tool_format.parse_tool_calls`) with the text of
+    the tool message that answered it ("" for a call left unanswered), in order."""
     from agentic_rl.agent.tool_format import parse_tool_calls
 
-    calls: list[tuple[str, str]] = []
-    pending: list[str] = []
+    calls: list[tuple[Any, str]] = []
+    pending: list[Any] = []
     for message in episode.get("messages") or []:
         if message.get("role") == "assistant":
-            for call in parse_tool_calls(str(message.get("content", "")))[1]:
-                arguments = call.arguments if isinstance(call.arguments, dict) else {}
-                pending.append(str(arguments.get(argument, call.raw if call.error else "")))
+            pending.extend(parse_tool_calls(str(message.get("content", "")))[1])
         elif message.get("role") == "tool" and pending:
             calls.append((pending.pop(0), str(message.get("content", ""))))
-    return calls + [(expression, "") for expression in pending]
+    return calls + [(call, "") for call in pending]
 
 
 def categorize_episode(episode: dict[str, Any], row: dict[str, Any]) -> tuple[str, str] | None:
@@ -323,23 +331,6 @@ MEMORY_EPISODE_CATEGORIES = ("fact_not_stored", "fact_miscopied", "no_recall", "
                              "answer_miscopied")
 
 
-def _named_calls(episode: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
-    """``(tool name, arguments, result)`` of each well-formed tool call of an episode, in order."""
-    from agentic_rl.agent.tool_format import parse_tool_calls
-
-    calls: list[tuple[str, dict[str, Any], str]] = []
-    pending: list[tuple[str, dict[str, Any]]] = []
-    for message in episode.get("messages") or []:
-        if message.get("role") == "assistant":
-            for call in parse_tool_calls(str(message.get("content", "")))[1]:
-                arguments = call.arguments if isinstance(call.arguments, dict) else {}
-                pending.append(("" if call.error else str(call.name), arguments))
-        elif message.get("role") == "tool" and pending:
-            name, arguments = pending.pop(0)
-            calls.append((name, arguments, str(message.get("content", ""))))
-    return calls + [(name, arguments, "") for name, arguments in pending]
-
-
 def categorize_memory_episode(episode: dict[str, Any], row: dict[str, Any]) -> tuple[str, str] | None:
     """``(category, reason)`` of a wrong memory episode (:data:`MEMORY_EPISODE_CATEGORIES`), following the facts the
     answer needs (the row's ``facts``, ``needed`` and ``chain``, as ``synthetic:memory`` rows carry them in their
@@ -380,7 +371,8 @@ def categorize_memory_episode(episode: dict[str, Any], row: dict[str, Any]) -> t
     chain, facts, needed = task.get("chain"), task.get("facts"), task.get("needed")
     if not chain or not facts or needed is None:
         return None
-    calls = _named_calls(episode)
+    calls = [("" if call.error else str(call.name), call.arguments if isinstance(call.arguments, dict) else {},
+              result) for call, result in _calls_with_results(episode)]
     stores = [(name_key(str(a.get("key", ""))), _words_of(str(a.get("text", "")))) for n, a, _ in calls
               if n == "remember"]
     for index in needed:
