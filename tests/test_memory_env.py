@@ -311,6 +311,7 @@ def test_sft_grpo_and_evaluation_play_memory_logs_through_the_stages(tiny_model_
     from conftest import read_jsonl
 
     from agentic_rl.cli import main
+    from agentic_rl.eval.error_analysis import MEMORY_EPISODE_CATEGORIES
 
     common = ["--environment", "memory", "--dataset", "synthetic:memory", "--max-turns", "10", "--max-tool-calls", "8",
               "--no-tools-in-prompt", "--max-turn-tokens", "12"]
@@ -332,8 +333,6 @@ def test_sft_grpo_and_evaluation_play_memory_logs_through_the_stages(tiny_model_
         metrics["with_tools"])
     episodes = read_jsonl(tmp_path / "eval" / "episodes_with_tools.jsonl")
     assert all(e["question"].startswith("Log ") for e in episodes)
-    from agentic_rl.eval.error_analysis import MEMORY_EPISODE_CATEGORIES
-
     wrong = [e for e in episodes if not e["correct"]]  # each wrong log classed by its notes and recalls
     assert wrong and all(e["category"] in MEMORY_EPISODE_CATEGORIES and e["category_reason"] for e in wrong)
     assert list(metrics["error_classes"]) == list(MEMORY_EPISODE_CATEGORIES)

@@ -338,11 +338,11 @@ def categorize_memory_episode(episode: dict[str, Any], row: dict[str, Any]) -> t
 
     A needed fact is *stored* when a ``remember`` call under its subject's key holds its object (in any wording);
     *miscopied* when a note under that key lacks the object or the object went under another key; *not stored*
-    when neither is there. Then the recalls, in order (a key repeated is
-    counted once), against the chain: a key other than the chain's next is a *misread recall* when it is a name the
-    episode had read (an event or a recalled note), else a *miscopied recall*; fewer keys than the chain's are *a
-    recall left out* (answered a hop short), more *a recall too many*. With every recall right, the answer is
-    *misread* when it is another name the episode read, else *miscopied*.
+    when neither is there. Then the recalls, in order (a key repeated is counted once), against the chain: a key
+    other than the chain's next is a *misread recall* when it is a name the episode had read (an event or a recalled
+    note), else a *miscopied recall*; fewer keys than the chain's are *a recall left out* (answered a hop short),
+    more *a recall too many*. With every recall right, the answer is *misread* when it is another name the episode
+    read, else *miscopied*.
 
     >>> row = {"facts": [["Orla Venn", "mentor", "Tavo Ruskel"], ["Tavo Ruskel", "born", "Dunmor"]],
     ...        "needed": [0, 1], "chain": ["Orla Venn", "Tavo Ruskel"], "answer": "Dunmor"}
