@@ -289,8 +289,6 @@ def categorize_search_episode(episode: dict[str, Any], row: dict[str, Any]) -> t
     'lookup_misread'
     """
     from agentic_rl.data.formats import task_with_data
-    from agentic_rl.rewards import find_final_answers
-    from agentic_rl.rewards.extraction import name_key
 
     chain = task_with_data(row).get("chain")
     if not chain:
@@ -298,32 +296,49 @@ def categorize_search_episode(episode: dict[str, Any], row: dict[str, Any]) -> t
     searches = episode_calls(episode, "query")
     if not searches:
         return "no_search", "answered without a search"
-    read: list[str] = []  # the result texts read so far, as name keys would match inside them
-    queries: list[str] = []
-    for number, (query, result) in enumerate(searches, 1):
-        if result.strip().lower().startswith("error"):
-            return "search_error", f"search {number} ({query[:60]}) returned {result.strip()[:60]}"
-        key = name_key(query)
-        if key not in queries:
-            hop = len(queries)
+    return _follow_chain(episode, searches, chain, read=[], step="search",
+                         error_class="search_error", too_many="hop_too_many", left_out="hop_left_out",
+                         wrong="lookup", answer_read="another name of the passages read",
+                         answer_unread="a name of no passage read")
+
+
+def _follow_chain(episode: dict[str, Any], lookups: list[tuple[str, str]], chain: list, *, read: list[str],
+                  step: str, too_many: str, left_out: str, wrong: str, answer_read: str, answer_unread: str,
+                  error_class: str | None = None) -> tuple[str, str]:
+    """The class of a wrong episode whose lookups (``(name looked up, result)`` in order: searches, recalls) should
+    have followed ``chain``: the first lookup off the chain (*<wrong>_misread* when its name is in a text already read,
+    ``read`` and the results so far; else *<wrong>_miscopied*), one past its end (``too_many``), too few
+    (``left_out``); with every lookup right, the final answer (*no_answer*, *answer_misread* when it is a name of a
+    text read, else *answer_miscopied*). Names are compared as answers are; a name repeated counts once; with
+    ``error_class``, a lookup whose result is an error stops there."""
+    from agentic_rl.rewards import find_final_answers
+    from agentic_rl.rewards.extraction import name_key
+
+    looked: list[str] = []
+    for number, (name, result) in enumerate(lookups, 1):
+        if error_class and result.strip().lower().startswith("error"):
+            return error_class, f"{step} {number} ({name[:60]}) returned {result.strip()[:60]}"
+        key = name_key(name)
+        if key not in looked:
+            hop = len(looked)
             if hop >= len(chain):
-                return "hop_too_many", f"search {number} ({query[:60]}) after the chain's {len(chain)} name(s)"
+                return too_many, f"{step} {number} ({name[:60]}) after the chain's {len(chain)} name(s)"
             if key != name_key(str(chain[hop])):
                 seen = bool(key) and any(f" {key} " in text for text in read)
-                return (("lookup_misread" if seen else "lookup_miscopied"),
-                        f"search {number} is {query[:60]!r}, the chain's {chain[hop]!r}")
-            queries.append(key)
+                return (f"{wrong}_misread" if seen else f"{wrong}_miscopied",
+                        f"{step} {number} is {name[:60]!r}, the chain's {chain[hop]!r}")
+            looked.append(key)
         read.append(_words_of(result))
-    if len(queries) < len(chain):
-        return "hop_left_out", f"{len(queries)} of the chain's {len(chain)} name(s) searched"
+    if len(looked) < len(chain):
+        return left_out, f"{len(looked)} of the chain's {len(chain)} name(s) looked up"
     messages = [m for m in episode.get("messages") or [] if m.get("role") == "assistant"]
     spans = find_final_answers(str(messages[-1].get("content", ""))).spans if messages else []
     answer = name_key(spans[0]) if spans else ""
     if not answer:
-        return "no_answer", "every name searched, no final answer"
+        return "no_answer", "every name looked up, no final answer"
     if any(f" {answer} " in text for text in read):
-        return "answer_misread", f"answered {spans[0][:60]!r}, another name of the passages read"
-    return "answer_miscopied", f"answered {spans[0][:60]!r}, a name of no passage read"
+        return "answer_misread", f"answered {spans[0][:60]!r}, {answer_read}"
+    return "answer_miscopied", f"answered {spans[0][:60]!r}, {answer_unread}"
 
 
 MEMORY_EPISODE_CATEGORIES = ("fact_not_stored", "fact_miscopied", "no_recall", "recall_misread", "recall_miscopied",
@@ -364,7 +379,6 @@ def categorize_memory_episode(episode: dict[str, Any], row: dict[str, Any]) -> t
     'answer_miscopied'
     """
     from agentic_rl.data.formats import task_with_data
-    from agentic_rl.rewards import find_final_answers
     from agentic_rl.rewards.extraction import name_key
 
     task = task_with_data(row)
@@ -390,34 +404,12 @@ def categorize_memory_episode(episode: dict[str, Any], row: dict[str, Any]) -> t
         if holding:
             return "fact_miscopied", f"{obj!r} stored under {holding[0]!r}, not {subject!r}"
         return "fact_not_stored", f"no note under {subject!r} and none holds {obj!r}"
-    read = [_words_of(str(event)) for event in task.get("events") or []]
-    recalled: list[str] = []
-    for number, (name, arguments, result) in enumerate(calls, 1):
-        if name != "recall":
-            continue
-        key = name_key(str(arguments.get("key", "")))
-        if key not in recalled:
-            hop = len(recalled)
-            if hop >= len(chain):
-                return "recall_too_many", f"call {number} recalls {key!r} after the chain's {len(chain)} key(s)"
-            if key != name_key(str(chain[hop])):
-                seen = bool(key) and any(f" {key} " in text for text in read)
-                return (("recall_misread" if seen else "recall_miscopied"),
-                        f"call {number} recalls {key!r}, the chain's {chain[hop]!r}")
-            recalled.append(key)
-        read.append(_words_of(result))
-    if not recalled:
+    recalls = [(str(arguments.get("key", "")), result) for name, arguments, result in calls if name == "recall"]
+    if not recalls:
         return "no_recall", "answered without a recall"
-    if len(recalled) < len(chain):
-        return "recall_left_out", f"{len(recalled)} of the chain's {len(chain)} key(s) recalled"
-    messages = [m for m in episode.get("messages") or [] if m.get("role") == "assistant"]
-    spans = find_final_answers(str(messages[-1].get("content", ""))).spans if messages else []
-    answer = name_key(spans[0]) if spans else ""
-    if not answer:
-        return "no_answer", "every key recalled, no final answer"
-    if any(f" {answer} " in text for text in read):
-        return "answer_misread", f"answered {spans[0][:60]!r}, another name the episode read"
-    return "answer_miscopied", f"answered {spans[0][:60]!r}, a name the episode never read"
+    return _follow_chain(episode, recalls, chain, read=[_words_of(str(event)) for event in task.get("events") or []],
+                         step="recall", too_many="recall_too_many", left_out="recall_left_out", wrong="recall",
+                         answer_read="another name the episode read", answer_unread="a name the episode never read")
 
 
 def _words_of(text: str) -> str:
