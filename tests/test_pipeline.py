@@ -194,6 +194,24 @@ def test_rerun_skips_finished_stages_and_fresh_starts_over(smoke_run, capsys):
     assert "already done" in capsys.readouterr().err
 
 
+def test_a_copied_run_directory_reuses_every_stage_where_it_is_now(smoke_run, tmp_path, capsys):
+    import shutil
+
+    out, summary = smoke_run
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    markers = {p: p.read_bytes() for p in copy.rglob("stage.json")}
+    again = run_pipeline(load_pipeline_config(preset_path("quickstart-smoke"), {"output_dir": str(copy)}))
+    assert "starting" not in capsys.readouterr().err  # every stage reused, none trained or evaluated again
+    assert {p: p.read_bytes() for p in copy.rglob("stage.json")} == markers
+    assert again["models"] == {label: str(copy / label / "model") if label != "base" else "embedded"
+                               for label in summary["models"]}
+    assert again["stages"]["grpo"]["accuracy"] == summary["stages"]["grpo"]["accuracy"]
+    # Other settings in the copy are still other settings, named without the paths that moved.
+    other = load_pipeline_config(preset_path("quickstart-smoke"), {"output_dir": str(copy), "seed": 1})
+    with pytest.raises(ConfigError, match=r"other settings: seed \(0 -> 1\); use"):
+        run_pipeline(other)
+
 def test_a_typo_in_a_stage_section_fails_before_any_training(tmp_path):
     path = tmp_path / "p.yaml"
     save_config(load_pipeline_config(preset_path("quickstart-smoke")), path)

@@ -323,6 +323,54 @@ def test_an_interrupted_pipeline_stage_resumes_from_its_checkpoint(tiny_model_di
     assert marker["metrics"]["global_step"] == 2 and summary["stages"]["sft"]["model_dir"] == str(out / "sft" / "model")
 
 
+
+def test_an_interrupted_stage_of_a_moved_run_directory_resumes_from_the_checkpoint_where_it_is_now(tiny_model_dir,
+                                                                                                  tmp_path):
+    import json
+
+    first = tmp_path / "first"
+    run_pipeline(_pipeline(tiny_model_dir, first))
+    for name in ("stage.json", "metrics.json"):
+        (first / "sft" / name).unlink()
+    for name in ("model", "adapter", "checkpoints/checkpoint-2"):
+        shutil.rmtree(first / "sft" / name)
+    moved = tmp_path / "elsewhere" / "second"
+    shutil.move(first, moved)
+    summary = run_pipeline(_pipeline(tiny_model_dir, moved))
+    marker = json.loads((moved / "sft" / "stage.json").read_text())
+    assert marker["metrics"]["resumed_from"] == str(moved / "sft" / "checkpoints" / "checkpoint-1")
+    assert summary["stages"]["sft"]["model_dir"] == str(moved / "sft" / "model")
+
+
+@pytest.mark.parametrize("recorded, current, expected", [
+    ("runs/a/grpo", "runs/b/grpo", ("runs/a", "runs/b")),             # a run directory renamed
+    ("runs/a/eval/base", "/x/y/a/eval/base", ("runs", "/x/y")),       # moved: its name and layout shared
+    ("out1", "out2", ("out1", "out2")),                               # a stage's own run directory
+    ("runs/a/sft", "runs/a/sft", None),                               # not moved
+    (None, "runs/a/sft", None),                                       # nothing recorded
+])
+def test_a_moved_folder_gives_where_its_run_directory_was_and_is(recorded, current, expected):
+    from agentic_rl.runs import moved_from
+
+    assert moved_from(recorded, current) == expected
+
+
+def test_recorded_paths_under_a_moved_run_directory_read_as_the_same_paths_where_it_is_now():
+    from agentic_rl.runs import differing_keys, relocated
+
+    moved = ("runs/a", "runs/b")
+    recorded = {"model": "runs/a/sft/model", "models": ["runs/a/grpo/model", "embedded"], "seed": 0,
+                "dataset": "runs/ab/data.jsonl", "lr_scheduler_type": "cosine"}
+    assert relocated(recorded, moved) == {**recorded, "model": "runs/b/sft/model",
+                                          "models": ["runs/b/grpo/model", "embedded"]}
+    now = {**recorded, "model": "runs/b/sft/model", "models": ["runs/b/grpo/model", "embedded"], "seed": 1}
+    assert differing_keys(recorded, now, moved=moved) == ["seed (0 -> 1)"]
+    assert differing_keys(recorded, now) == ["model (\"runs/a/sft/model\" -> \"runs/b/sft/model\")",
+                                             "models ([\"runs/a/grpo/model\", \"embedded\"] -> "
+                                             "[\"runs/b/grpo/model\", \"embedded\"])", "seed (0 -> 1)"]
+    # The same path as recorded still matches after a move (a start model outside the run directory).
+    assert differing_keys({"model": "runs/a/base"}, {"model": "runs/a/base"}, moved=moved) == []
+
 # ---------------------------------------------------------------------------------------------------------------
 # An adapter is merged only onto its own base
 # ---------------------------------------------------------------------------------------------------------------

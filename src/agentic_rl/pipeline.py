@@ -42,8 +42,8 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.locking import hold_run_lock
 from agentic_rl.models.embedded import EMBEDDED, describe_base
 from agentic_rl.runs import (FINISHED_MARKER, check_deletable, check_run_name, create_run_root, delete_run_dir,
-                             describe, differing_keys, finished_result, has_run, mark_finished, settings_of,
-                             stage_settings_mismatch)
+                             describe, differing_keys, finished_result, has_run, mark_finished, moved_from,
+                             recorded_dir, relocated, settings_of, stage_settings_mismatch)
 from agentic_rl.stages import PIPELINE_DEFAULTS, inherited_settings
 from agentic_rl.utils import log, warn, write_json
 
@@ -176,9 +176,13 @@ def _run_stage(name: str, kind: str, out: Path, fn: Callable[[], dict[str, Any]]
         if settings is not None and not isinstance(stored, dict):
             warn(f"stage {name}: {out / FINISHED_MARKER} records no settings; reusing it unchecked")
         elif settings is not None:
-            differences = differing_keys(stored, settings_of(settings))
+            moved = moved_from(recorded_dir(stored), out)
+            differences = differing_keys(stored, settings_of(settings), moved=moved)
             if differences:
                 raise _other_settings_error(name, out, differences)
+            if moved:  # a copied or moved run directory: what the stage wrote is where the stage is now
+                log(f"stage {name}: made in {recorded_dir(stored)}, now in {out}")
+                result = relocated(result, (recorded_dir(stored), str(out)))
         log(f"stage {name}: already done ({result.get('wall_time_s', 0):.0f}s), skipping — use --fresh to redo")
     else:
         log(f"stage {name}: starting")

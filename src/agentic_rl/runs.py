@@ -16,6 +16,9 @@ stage, its resolved settings and their fingerprint). A stage that finished leave
   continuing a run are not compared (:data:`RESUME_FREE_KEYS`: ``resume``, ``overwrite``, ``output_dir``, how long to
   train — ``max_steps`` / ``epochs`` — and where and how often to log and save). Any other difference is an error
   that names the keys.
+* A run directory may be moved or copied: a stage recorded at ``runs/a/grpo`` and found at ``runs/b/grpo`` reads
+  its recorded paths under ``runs/a`` as the same paths under ``runs/b`` (:func:`moved_from`), so its stages are
+  reused or resumed there, not counted as made with other settings.
 
 Every stage goes through one :class:`StageRun`::
 
@@ -42,7 +45,7 @@ import shutil
 import time
 from collections.abc import Iterable
 from contextlib import ExitStack
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from agentic_rl.errors import ConfigError
@@ -88,15 +91,58 @@ def fingerprint(settings: dict[str, Any], ignore: Iterable[str] = RUN_CONTROL_KE
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def differing_keys(old: dict[str, Any], new: dict[str, Any], ignore: Iterable[str] = RUN_CONTROL_KEYS) -> list[str]:
+def differing_keys(old: dict[str, Any], new: dict[str, Any], ignore: Iterable[str] = RUN_CONTROL_KEYS,
+                   moved: tuple[str, str] | None = None) -> list[str]:
     """``["seed (0 -> 1)", ...]``: the settings that differ between two runs, with both values.
 
     Only settings both runs have are compared: one that a newer version added (or dropped) does not make a run made
-    before the upgrade "other settings".
+    before the upgrade "other settings". ``moved`` (:func:`moved_from`): the run directory moved since ``old`` was
+    recorded; a recorded path equals a new one when it is the same path, or the same path in the moved directory.
     """
     ignore = set(ignore)
     return [f"{key} ({json.dumps(old[key], default=str)} -> {json.dumps(new[key], default=str)})"
-            for key in sorted(set(old) & set(new)) if key not in ignore and old[key] != new[key]]
+            for key in sorted(set(old) & set(new))
+            if key not in ignore and old[key] != new[key] and relocated(old[key], moved) != new[key]]
+
+
+def recorded_dir(settings: dict[str, Any]) -> str | None:
+    """The folder a stage wrote into, as its recorded settings name it (``output_dir``; export's ``out``)."""
+    folder = settings.get("output_dir", settings.get("out"))
+    return folder if isinstance(folder, str) else None
+
+
+def moved_from(recorded: str | None, current: str | Path) -> tuple[str, str] | None:
+    """``(where the run directory was, where it is)`` when a folder recorded at ``recorded`` is now at ``current``;
+    None when it did not move. The trailing parts both paths share are taken off both (``runs/a/grpo`` now at
+    ``runs/b/grpo`` gives ``runs/a``, ``runs/b``), so paths of the folder's siblings — the SFT model a GRPO stage
+    started from — follow the move too."""
+    if recorded is None:
+        return None
+    old, new = PurePath(recorded).parts, Path(current).parts
+    if old == new:
+        return None
+    shared = 0
+    while shared < min(len(old), len(new)) - 1 and old[-1 - shared] == new[-1 - shared]:
+        shared += 1
+    return str(PurePath(*old[:len(old) - shared])), str(PurePath(*new[:len(new) - shared]))
+
+
+def relocated(value: Any, moved: tuple[str, str] | None) -> Any:
+    """``value`` (a recorded setting or result: strings, lists and mappings of them) with every path under
+    ``moved[0]`` read as the same path under ``moved[1]``; everything else as it is."""
+    if moved is None:
+        return value
+    if isinstance(value, str):
+        try:
+            inside = PurePath(value).relative_to(moved[0])
+        except ValueError:
+            return value
+        return str(PurePath(moved[1]) / inside)
+    if isinstance(value, list):
+        return [relocated(item, moved) for item in value]
+    if isinstance(value, dict):
+        return {key: relocated(item, moved) for key, item in value.items()}
+    return value
 
 
 def describe(differences: list[str], limit: int = 4) -> str:
@@ -269,7 +315,8 @@ class StageRun:
             if announce:
                 warn(f"--resume: {out} records no settings; cannot check that they match")
         else:
-            differences = differing_keys(stored, settings_of(self.config), RESUME_FREE_KEYS)
+            differences = differing_keys(stored, settings_of(self.config), RESUME_FREE_KEYS,
+                                         moved_from(recorded_dir(stored), out))
             if differences:
                 raise ConfigError(f"--resume: {out} was trained with other settings: {describe(differences)}; resume "
                                   "with the same settings, or start a new run (--overwrite or another --output-dir)")
@@ -388,7 +435,7 @@ def stage_settings_mismatch(out: Path, config: Any) -> list[str] | None:
     stored = (read_marker(out) or {}).get("settings")
     if stored is None:
         return None
-    return differing_keys(stored, settings_of(config), RUN_CONTROL_KEYS)
+    return differing_keys(stored, settings_of(config), RUN_CONTROL_KEYS, moved_from(recorded_dir(stored), out))
 
 
 def has_run(out: Path) -> bool:
