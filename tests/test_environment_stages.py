@@ -75,8 +75,6 @@ def test_grpo_refuses_what_episodes_exclude():
     base = {"model": "m", "environment": "calculator"}
     with pytest.raises(ConfigError, match="the reward is the episode's return"):
         config_from_dict(GRPOConfig, {**base, "rewards": ["accuracy:1.0"]})
-    with pytest.raises(ConfigError, match="sft_loss_weight works on single-turn prompts only"):
-        config_from_dict(GRPOConfig, {**base, "sft_loss_weight": 0.1})
     with pytest.raises(ConfigError, match="max_turn_tokens .* must not exceed max_completion_length"):
         config_from_dict(GRPOConfig, {**base, "max_turn_tokens": 300, "max_completion_length": 64})
 
@@ -422,3 +420,33 @@ def test_settings_an_environment_does_not_take_and_a_failing_constructor_are_one
     build_environment(config_from_dict(GRPOConfig, {"model": "m", "environment": "self_correct", "max_turns": 2}))
     with pytest.raises(ConfigError, match="could not be built: RuntimeError: no database"):
         build_environment(config_from_dict(GRPOConfig, {"model": "m", "environment": f"{__name__}:Exploding"}))
+
+
+def test_the_sft_anchor_in_an_environment_trains_on_the_assistant_turns_of_demonstration_episodes(tokenizer):
+    from agentic_rl.agent.settings import build_environment
+    from agentic_rl.data.gsm8k import to_rl_dataset
+    from agentic_rl.train.grpo import GRPOConfig
+    from agentic_rl.train.signal import demonstrations_for
+
+    config = config_from_dict(GRPOConfig, {"model": "m", "environment": "calculator", "sft_loss_weight": 0.1,
+                                           "tools_in_prompt": False})
+    rows = to_rl_dataset([{"question": "A farm has 23 boxes with 47 eggs in each box. How many eggs are there?",
+                           "answer": "23 * 47 = <<23*47=1081>>1081\n#### 1081", "ground_truth": "1081"}], None)
+    (ids, labels), = demonstrations_for(rows, tokenizer, config, build_environment(config))  # GRPO's own rows
+    trained = tokenizer.decode([t for t, label in zip(ids, labels) if label != -100])
+    untrained = tokenizer.decode([t for t, label in zip(ids, labels) if label == -100])
+    assert '"expression": "23*47"' in trained and "Final Answer: 1081" in trained  # the call and the answer
+    assert "1081" in untrained and "How many eggs" in untrained  # the tool's result and the question: no loss
+
+
+def test_the_pipeline_anchors_grpo_on_its_own_sft_stage_and_a_missing_sft_run_is_one_line(tiny_model_dir, tmp_path):
+    from agentic_rl.pipeline import PipelineConfig, resolve_stage_config
+    from agentic_rl.train.signal import sft_run_demonstrations
+
+    config = config_from_dict(PipelineConfig, {"name": "anchor", "model": str(tiny_model_dir),
+                                               "stages": ["sft", "grpo"], "grpo": {"sft_loss_weight": 0.1}})
+    assert resolve_stage_config(config, "grpo", "m", tmp_path).sft_anchor_run == str(tmp_path / "sft")
+    without = config_from_dict(PipelineConfig, {"name": "anchor", "model": str(tiny_model_dir), "stages": ["grpo"]})
+    assert resolve_stage_config(without, "grpo", "m", tmp_path).sft_anchor_run is None
+    with pytest.raises(ConfigError, match=r"sft_anchor_run: .*config.yaml not found"):
+        sft_run_demonstrations(str(tmp_path / "nowhere"), None)

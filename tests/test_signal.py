@@ -160,6 +160,17 @@ def test_sft_anchor_adds_the_weighted_demonstration_loss(tiny_model_dir, tmp_pat
     assert nll > 0
     # Scaled for gradient accumulation like TRL's own loss: the weight means the same at any accumulation.
     assert with_anchor == pytest.approx(plain + 0.5 * nll / 2, rel=1e-5)
+    # An episode's demonstration carries its own labels (-100 where no loss goes): the same tokens labelled as the
+    # prompt length labels them give the same loss.
+    ids, n_prompt = demos[0]
+    trainer.sft_demonstrations = [(ids, [-100] * n_prompt + ids[n_prompt:])]
+    assert trainer._demonstration_loss(trainer.model, 1).item() == pytest.approx(nll, rel=1e-5)
+    # Only the labelled tokens count: one labelled token gives that token's own NLL.
+    trainer.sft_demonstrations = [(ids, [-100] * n_prompt + [ids[n_prompt]] + [-100] * (len(ids) - n_prompt - 1))]
+    with torch.no_grad():
+        logits = trainer.model(input_ids=torch.tensor([ids])).logits[0]
+    first = -torch.log_softmax(logits[n_prompt - 1].float(), dim=-1)[ids[n_prompt]].item()
+    assert trainer._demonstration_loss(trainer.model, 1).item() == pytest.approx(first, rel=1e-5)
 
 
 def test_estimated_pass_rates_of_an_untrained_model_are_zero(tiny_model_dir):

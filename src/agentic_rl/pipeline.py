@@ -330,8 +330,12 @@ def _resume_interrupted(name: str, out: Path, values: dict[str, Any], cls: type,
 
 
 def _section_over_defaults(config: PipelineConfig, name: str, model_dir: str, root: Path) -> dict[str, Any]:
-    """A training stage's settings before they are typed: its section over what the pipeline gives it."""
-    return {**_train_defaults(config, name, model_dir, root / name), **_section(config, name)}
+    """A training stage's settings before they are typed: its section over what the pipeline gives it. GRPO's SFT
+    anchor trains on this run's SFT demonstrations, the data its compute-matched control continues on."""
+    values = {**_train_defaults(config, name, model_dir, root / name), **_section(config, name)}
+    if name == "grpo" and values.get("sft_loss_weight") and "sft" in config.stages and not values.get("sft_anchor_run"):
+        values["sft_anchor_run"] = str(root / "sft")
+    return values
 
 
 def _run_training_stage(config: PipelineConfig, name: str, root: Path, values: dict[str, Any],

@@ -14,8 +14,8 @@ into its base first, so the reference is the SFT policy and GRPO trains a fresh 
 those merged weights are written to ``<run>/base``, from which TRL reloads the reference. With ``--environment`` a
 completion is a whole multi-turn episode (settings in :class:`agentic_rl.agent.settings.EnvironmentSettings`), its
 return the one reward (``credit_assignment: turn``: each turn trained on its own return-to-go,
-:mod:`agentic_rl.train.credit`); ``use_vllm``, ``sft_loss_weight`` and ``--reward`` do not apply, and
-``select_samples`` estimates pass rates from sampled episodes.
+:mod:`agentic_rl.train.credit`); ``use_vllm`` and ``--reward`` do not apply, ``select_samples`` estimates pass rates
+from sampled episodes, and the SFT anchor (``sft_loss_weight``) trains on whole demonstration episodes.
 
 Run it::
 
@@ -176,6 +176,8 @@ class GRPOConfig(EnvironmentSettings):
     select_pass_rate_low: float = setting(0.1, "difficulty selection: keep prompts whose pass rate is at least this")
     select_pass_rate_high: float = setting(0.9, "difficulty selection: keep prompts whose pass rate is at most this")
     sft_loss_weight: float = setting(0.0, "weight of the demonstrations' SFT loss added to the GRPO loss (0 = off)")
+    sft_anchor_run: str | None = setting(None, "with sft_loss_weight: the SFT run folder whose demonstrations the "
+                                         "anchor trains on (a pipeline: its sft stage); unset: reference solutions")
     skip_zero_advantage_rows: bool = setting(True, "leave completions with all-zero advantages out of the loss pass "
                                              "where no gradient changes (beta 0, loss dapo/cispo/vespo, 1 process)")
 
@@ -308,8 +310,6 @@ class GRPOConfig(EnvironmentSettings):
                               "environment_args) instead of --reward")
         if self.use_vllm:
             raise ConfigError("use_vllm does not run multi-turn episodes yet: drop --use-vllm with --environment")
-        if self.sft_loss_weight:
-            raise ConfigError("sft_loss_weight works on single-turn prompts only: set it to 0 with --environment")
         if self.max_turn_tokens > self.max_completion_length:
             raise ConfigError(f"max_turn_tokens ({self.max_turn_tokens}) must not exceed max_completion_length "
                               f"({self.max_completion_length}), the budget of a whole episode")
@@ -425,7 +425,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         from agentic_rl.agent.rollout import trajectory_return_reward
 
         funcs, weights, reward_names = [trajectory_return_reward], [1.0], ["trajectory_return_reward"]
-    demonstrations = demonstrations_for(train, tokenizer, config) if config.sft_loss_weight else None
+    demonstrations = demonstrations_for(train, tokenizer, config, env_factory) if config.sft_loss_weight else None
     selection = None
     if config.select_samples:
         train, selection = select_training_prompts(model, tokenizer, train, config, env_factory)

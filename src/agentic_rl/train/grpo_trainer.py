@@ -124,7 +124,7 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
     """
 
     def __init__(self, *args, refill_max_draws: int = 0, sft_loss_weight: float = 0.0,
-                 sft_demonstrations: list[tuple[list[int], int]] | None = None, seed: int = 0,
+                 sft_demonstrations: list[tuple[list[int], Any]] | None = None, seed: int = 0,
                  credit_assignment: str = "trajectory", turn_discount: float = 1.0,
                  skip_zero_advantage_rows: bool = False, **kwargs):
         if credit_assignment not in CREDIT_ASSIGNMENTS:
@@ -287,7 +287,8 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
         return select_rows(inputs, rows)
 
     def _demonstration_loss(self, model, n: int):
-        """Mean token NLL of ``n`` random demonstrations' completions (the prompt tokens carry no loss)."""
+        """Mean token NLL of ``n`` random demonstrations' completions (the prompt tokens, and an episode's tool and
+        feedback messages, carry no loss)."""
         chosen = [self.sft_demonstrations[self._demo_rng.randrange(len(self.sft_demonstrations))]
                   for _ in range(n)]
         width = max(len(ids) for ids, _ in chosen)
@@ -296,10 +297,13 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
         input_ids = torch.full((n, width), pad, dtype=torch.long)
         attention = torch.zeros((n, width), dtype=torch.long)
         labels = torch.full((n, width), -100, dtype=torch.long)
-        for row, (ids, n_prompt) in enumerate(chosen):
+        for row, (ids, target) in enumerate(chosen):  # target: the prompt's length, or the labels themselves
             input_ids[row, :len(ids)] = torch.tensor(ids)
             attention[row, :len(ids)] = 1
-            labels[row, n_prompt:len(ids)] = torch.tensor(ids[n_prompt:])
+            if isinstance(target, int):
+                labels[row, target:len(ids)] = torch.tensor(ids[target:])
+            else:  # an episode: its own labels, -100 on the prompt and on tool and feedback messages
+                labels[row, :len(ids)] = torch.tensor(target)
         out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device))
         return out.loss
 

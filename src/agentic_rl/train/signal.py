@@ -23,6 +23,7 @@ left in the batch that trains), ``grpo/signal/sft_loss``.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from agentic_rl.errors import ConfigError
@@ -201,18 +202,47 @@ def select_training_prompts(model, tokenizer, train, config, env_factory=None):
     return datasets.Dataset.from_list(kept), record
 
 
-def demonstrations_for(train, tokenizer, config) -> list[tuple[list[int], int]]:
-    """The training prompts' reference solutions as SFT demonstrations (steps first, then ``Final Answer: N``),
-    tokenized for the SFT anchor loss."""
+def demonstrations_for(train, tokenizer, config, env_factory=None) -> list[tuple[list[int], Any]]:
+    """The SFT anchor's demonstrations, tokenized: with ``sft_anchor_run``, that SFT run's own training rows
+    (:func:`sft_run_demonstrations`); else the training prompts' reference solutions — in an environment its
+    demonstration episodes (``env.demonstration(task)``), else steps first, then ``Final Answer: N``. Each is
+    ``(token ids, prompt length)`` or ``(token ids, labels)`` (-100 where no loss goes)."""
     from agentic_rl.data.custom import parse_answer_text
     from agentic_rl.data.formats import completion_message, format_solution
 
+    if config.sft_anchor_run:
+        return sft_run_demonstrations(config.sft_anchor_run, tokenizer)
+    if env_factory is not None:
+        from agentic_rl.agent.tasks import environment_examples
+
+        tasks = [{"answer": row.get("full_answer", ""), **row} for row in train]  # the RL rows' reference solution
+        examples = environment_examples(tokenizer, env_factory(), tasks, tools_in_prompt=config.tools_in_prompt)
+        return [(list(e["input_ids"]), list(e["labels"])) for e in examples]
     rows = []
     for row in train:
         steps, _ = parse_answer_text(str(row.get("full_answer") or ""))
         rows.append({"prompt": row["prompt"],
                      "completion": completion_message(format_solution(steps, str(row["ground_truth"])))})
     return tokenize_demonstrations(tokenizer, rows, max_length=1024)
+
+
+def sft_run_demonstrations(run_dir: str, tokenizer) -> list[tuple[list[int], Any]]:
+    """The training rows of the SFT run in ``run_dir``, rebuilt from the settings it recorded (``config.yaml``) as
+    that stage builds them: whole demonstration episodes with their labels in an environment, else the rows its
+    steps reach (imperfect ones included) — what the compute-matched control continues to train on."""
+    from agentic_rl.config import load_config
+    from agentic_rl.train.sft import SFTConfig, build_environment_dataset, build_sft_dataset, rows_reached
+
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"sft_anchor_run: {path} not found; point it at an SFT run's folder (it holds config.yaml)")
+    sft = load_config(SFTConfig, path)
+    if sft.environment is not None:
+        from agentic_rl.agent.settings import build_environment
+
+        dataset, _ = build_environment_dataset(sft, build_environment(sft), tokenizer)
+        return [(list(row["input_ids"]), list(row["labels"])) for row in dataset]
+    return tokenize_demonstrations(tokenizer, list(rows_reached(build_sft_dataset(sft), sft)), max_length=1024)
 
 
 def check_signal_settings(refill_max_draws: int, select_low: float, select_high: float) -> None:
