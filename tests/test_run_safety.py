@@ -304,16 +304,20 @@ def test_a_second_seed_does_not_reuse_the_first_seeds_stages(tiny_model_dir, tmp
     assert yaml.safe_load((out / "sft" / "config.yaml").read_text())["seed"] == 1
 
 
+def _interrupt_after_the_first_checkpoint(out: Path) -> None:
+    """Leave the run's SFT stage as if killed during step 2: checkpoint-1 saved, nothing after it."""
+    for name in ("stage.json", "metrics.json"):
+        (out / "sft" / name).unlink()
+    for name in ("model", "adapter", "checkpoints/checkpoint-2"):
+        shutil.rmtree(out / "sft" / name)
+
+
 def test_an_interrupted_pipeline_stage_resumes_from_its_checkpoint(tiny_model_dir, tmp_path):
     import json
 
     out = tmp_path / "run"
     run_pipeline(_pipeline(tiny_model_dir, out))
-    # As if killed during step 2: checkpoint-1 saved, nothing after it.
-    for name in ("stage.json", "metrics.json"):
-        (out / "sft" / name).unlink()
-    for name in ("model", "adapter", "checkpoints/checkpoint-2"):
-        shutil.rmtree(out / "sft" / name)
+    _interrupt_after_the_first_checkpoint(out)
     other = _pipeline(tiny_model_dir, out, sft={**_pipeline(tiny_model_dir, out).sft, "learning_rate": 1e-3})
     with pytest.raises(ConfigError, match=r"stage sft .* other settings: learning_rate"):
         run_pipeline(other)
@@ -323,17 +327,13 @@ def test_an_interrupted_pipeline_stage_resumes_from_its_checkpoint(tiny_model_di
     assert marker["metrics"]["global_step"] == 2 and summary["stages"]["sft"]["model_dir"] == str(out / "sft" / "model")
 
 
-
 def test_an_interrupted_stage_of_a_moved_run_directory_resumes_from_the_checkpoint_where_it_is_now(tiny_model_dir,
                                                                                                   tmp_path):
     import json
 
     first = tmp_path / "first"
     run_pipeline(_pipeline(tiny_model_dir, first))
-    for name in ("stage.json", "metrics.json"):
-        (first / "sft" / name).unlink()
-    for name in ("model", "adapter", "checkpoints/checkpoint-2"):
-        shutil.rmtree(first / "sft" / name)
+    _interrupt_after_the_first_checkpoint(first)
     moved = tmp_path / "elsewhere" / "second"
     shutil.move(first, moved)
     summary = run_pipeline(_pipeline(tiny_model_dir, moved))
