@@ -176,13 +176,14 @@ def _run_stage(name: str, kind: str, out: Path, fn: Callable[[], dict[str, Any]]
         if settings is not None and not isinstance(stored, dict):
             warn(f"stage {name}: {out / FINISHED_MARKER} records no settings; reusing it unchecked")
         elif settings is not None:
-            moved = moved_from(recorded_dir(stored), out)
+            made_in = recorded_dir(stored)
+            moved = moved_from(made_in, out)
             differences = differing_keys(stored, settings_of(settings), moved=moved)
             if differences:
                 raise _other_settings_error(name, out, differences)
             if moved:  # a copied or moved run directory: what the stage wrote is where the stage is now
-                log(f"stage {name}: made in {recorded_dir(stored)}, now in {out}")
-                result = relocated(result, (recorded_dir(stored), str(out)))
+                log(f"stage {name}: made in {made_in}, now in {out}")
+                result = relocated(result, (made_in, str(out)))
         log(f"stage {name}: already done ({result.get('wall_time_s', 0):.0f}s), skipping — use --fresh to redo")
     else:
         log(f"stage {name}: starting")
