@@ -271,11 +271,11 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
 
     def rows_with_signal(self, inputs):
         """The micro-batch without its completions whose advantages are all zero (ties within their group), when
-        :meth:`zero_rows_add_nothing`: the same loss and gradient for fewer forward and backward passes. With a small
-        group most of a batch ties once the policy is sure of itself (two episodes of a problem both right), and the
-        loss pass is the larger part of a step on a CPU. TRL's entropy and clip-ratio metrics are then those of the
-        completions trained on. A micro-batch that is all ties keeps one row: its loss is 0, with a graph to
-        backpropagate through."""
+        :meth:`zero_rows_add_nothing`: the same loss and gradient for fewer forward and backward passes (to float
+        rounding: in bf16 a smaller batch may take kernels that round differently). With a small group most of a batch
+        ties once the policy is sure of itself (two episodes of a problem both right), and the loss pass is the larger
+        part of a step on a CPU. TRL's entropy and clip-ratio metrics are then those of the completions trained on. A
+        micro-batch that is all ties keeps one row: its loss is 0, with a graph to backpropagate through."""
         if not self.skips_zero_advantage_rows:
             return inputs
         advantages = inputs["advantages"]
