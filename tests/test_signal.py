@@ -144,13 +144,17 @@ def test_refill_gives_up_after_its_draws_and_keeps_the_batch_shape(tiny_model_di
 def test_sft_anchor_adds_the_weighted_demonstration_loss(tiny_model_dir, tmp_path):
     from transformers import AutoTokenizer
 
-    from agentic_rl.data.formats import build_prompt, completion_message
+    from agentic_rl.data.formats import build_prompt, completion_message, render_prompt
     from agentic_rl.train.signal import tokenize_demonstrations
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    demos = tokenize_demonstrations(tok, [{"prompt": build_prompt("2 + 3?", None),
+    prompt = build_prompt("2 + 3?", None)
+    demos = tokenize_demonstrations(tok, [{"prompt": prompt,
                                            "completion": completion_message("2 + 3 = 5\nFinal Answer: 5")}], 64)
-    assert len(demos) == 1 and demos[0][1] < len(demos[0][0])
+    n_prompt = len(tok(render_prompt(tok, prompt), add_special_tokens=False)["input_ids"])
+    assert len(demos) == 1 and n_prompt < len(demos[0][0])
+    ids, labels = demos[0]
+    assert labels == [-100] * n_prompt + ids[n_prompt:]  # the loss on the completion only
     trainer, ds = _trainer(tiny_model_dir, tmp_path, sft_loss_weight=0.5, sft_demonstrations=demos)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 2  # set by the training loop; compute_loss reads it
@@ -162,10 +166,8 @@ def test_sft_anchor_adds_the_weighted_demonstration_loss(tiny_model_dir, tmp_pat
     assert nll > 0
     # Scaled for gradient accumulation like TRL's own loss: the weight means the same at any accumulation.
     assert with_anchor == pytest.approx(plain + 0.5 * nll / 2, rel=1e-5)
-    # An episode's demonstration carries its own labels (-100 where no loss goes): the same tokens labelled as the
-    # prompt length labels them give the same loss.
-    ids, n_prompt = demos[0]
-    trainer.sft_demonstrations = [(ids, [-100] * n_prompt + ids[n_prompt:])]
+    # The logged NLL is the demonstration's loss on its labelled tokens.
+    trainer.sft_demonstrations = demos
     assert trainer._demonstration_loss(trainer.model, 1).item() == pytest.approx(nll, rel=1e-5)
     # Only the labelled tokens count: one labelled token gives that token's own NLL.
     trainer.sft_demonstrations = [(ids, [-100] * n_prompt + [ids[n_prompt]] + [-100] * (len(ids) - n_prompt - 1))]

@@ -124,7 +124,7 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
     """
 
     def __init__(self, *args, refill_max_draws: int = 0, sft_loss_weight: float = 0.0,
-                 sft_demonstrations: list[tuple[list[int], Any]] | None = None, seed: int = 0,
+                 sft_demonstrations: list[tuple[list[int], list[int]]] | None = None, seed: int = 0,
                  credit_assignment: str = "trajectory", turn_discount: float = 1.0,
                  skip_zero_advantage_rows: bool = False, **kwargs):
         if credit_assignment not in CREDIT_ASSIGNMENTS:
@@ -297,13 +297,10 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
         input_ids = torch.full((n, width), pad, dtype=torch.long)
         attention = torch.zeros((n, width), dtype=torch.long)
         labels = torch.full((n, width), -100, dtype=torch.long)
-        for row, (ids, target) in enumerate(chosen):  # target: the prompt's length, or the labels themselves
+        for row, (ids, row_labels) in enumerate(chosen):
             input_ids[row, :len(ids)] = torch.tensor(ids)
             attention[row, :len(ids)] = 1
-            if isinstance(target, int):
-                labels[row, target:len(ids)] = torch.tensor(ids[target:])
-            else:  # an episode: its own labels, -100 on the prompt and on tool and feedback messages
-                labels[row, :len(ids)] = torch.tensor(target)
+            labels[row, :len(ids)] = torch.tensor(row_labels)
         out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device))
         return out.loss
 

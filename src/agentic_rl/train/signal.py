@@ -151,8 +151,10 @@ def concat_batches(parts: list[dict[str, Any]], pad_token_id: int) -> dict[str, 
 # SFT anchor
 # ---------------------------------------------------------------------------------------------------------------
 
-def tokenize_demonstrations(tokenizer, sft_rows: list[dict[str, Any]], max_length: int) -> list[tuple[list[int], int]]:
-    """Each SFT row (conversational ``prompt`` + ``completion``) as (token ids, number of prompt tokens)."""
+def tokenize_demonstrations(tokenizer, sft_rows: list[dict[str, Any]],
+                            max_length: int) -> list[tuple[list[int], list[int]]]:
+    """Each SFT row (conversational ``prompt`` + ``completion``) as (token ids, labels): -100 on the prompt's tokens,
+    the completion's own ids after them."""
     from agentic_rl.data.formats import render_prompt
 
     out = []
@@ -163,7 +165,7 @@ def tokenize_demonstrations(tokenizer, sft_rows: list[dict[str, Any]], max_lengt
         p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         ids = tokenizer(full, add_special_tokens=False)["input_ids"][:max_length]
         if len(ids) > len(p_ids):
-            out.append((ids, len(p_ids)))
+            out.append((ids, [-100] * len(p_ids) + ids[len(p_ids):]))
     return out
 
 
@@ -202,11 +204,11 @@ def select_training_prompts(model, tokenizer, train, config, env_factory=None):
     return datasets.Dataset.from_list(kept), record
 
 
-def demonstrations_for(train, tokenizer, config, env_factory=None) -> list[tuple[list[int], Any]]:
+def demonstrations_for(train, tokenizer, config, env_factory=None) -> list[tuple[list[int], list[int]]]:
     """The SFT anchor's demonstrations, tokenized: with ``sft_anchor_run``, that SFT run's own training rows
     (:func:`sft_run_demonstrations`); else the training prompts' reference solutions — in an environment its
     demonstration episodes (``env.demonstration(task)``), else steps first, then ``Final Answer: N``. Each is
-    ``(token ids, prompt length)`` or ``(token ids, labels)`` (-100 where no loss goes)."""
+    ``(token ids, labels)``, -100 where no loss goes (the prompt; an episode's tool and feedback messages)."""
     from agentic_rl.data.custom import parse_answer_text
     from agentic_rl.data.formats import completion_message, format_solution
 
@@ -226,7 +228,7 @@ def demonstrations_for(train, tokenizer, config, env_factory=None) -> list[tuple
     return tokenize_demonstrations(tokenizer, rows, max_length=1024)
 
 
-def sft_run_demonstrations(run_dir: str, tokenizer) -> list[tuple[list[int], Any]]:
+def sft_run_demonstrations(run_dir: str, tokenizer) -> list[tuple[list[int], list[int]]]:
     """The training rows of the SFT run in ``run_dir``, rebuilt from the settings it recorded (``config.yaml``) as
     that stage builds them: whole demonstration episodes with their labels in an environment, else the rows its
     steps reach (imperfect ones included) — what the compute-matched control continues to train on."""
