@@ -416,6 +416,13 @@ def test_learning_signal_settings_are_range_checked():
         GRPOConfig(model="m", refill_max_draws=-1)
     with pytest.raises(ConfigError, match=r"sft_loss_weight must be >= 0, got -0.1"):
         GRPOConfig(model="m", sft_loss_weight=-0.1)
+    with pytest.raises(ConfigError, match=r"tied_failure_weight must be >= 0"):
+        GRPOConfig(model="m", tied_failure_weight=-1.0)
+    with pytest.raises(ConfigError, match="tied_failure_weight needs episodes in an environment"):
+        GRPOConfig(model="m", tied_failure_weight=0.5)
+    with pytest.raises(ConfigError, match="tied_failure_weight needs episodes .* credit_assignment: trajectory"):
+        GRPOConfig(model="m", environment="calculator", tied_failure_weight=0.5, credit_assignment="turn")
+    assert GRPOConfig(model="m", environment="calculator", tied_failure_weight=0.5).tied_failure_weight == 0.5
 
 
 def test_log_probs_go_through_the_lm_head_for_completion_positions_only(tiny_model_dir, tmp_path, lm_head_calls):

@@ -30,6 +30,8 @@ def test_grpo_only_settings_and_unknown_trl_fields_are_refused_under_rloo():
         GRPOConfig(model="m", algorithm="rloo", scale_rewards="none")
     with pytest.raises(ConfigError, match="refill_max_draws \\(2\\) is a GRPO setting"):
         GRPOConfig(model="m", algorithm="rloo", refill_max_draws=2)
+    with pytest.raises(ConfigError, match="tied_failure_weight \\(0.5\\) is a GRPO setting"):
+        GRPOConfig(model="m", algorithm="rloo", environment="calculator", tied_failure_weight=0.5)
     assert GRPOConfig(model="m", algorithm="rloo", trl_args={"normalize_advantages": True}).algorithm == "rloo"
     with pytest.raises(ConfigError, match="not a field of TRL's GRPOConfig"):
         GRPOConfig(model="m", trl_args={"normalize_advantages": True})

@@ -89,12 +89,12 @@ def _trainer(tiny_model_dir, tmp_path, args_extra=None, **extra):
     questions = [f"{TIED} {i}" for i in range(4)] + [f"varied {i}" for i in range(4)]
     ds = datasets.Dataset.from_list([{"question": q, "prompt": build_prompt(q, None), "ground_truth": "1"}
                                      for q in questions])
-    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, num_generations=2,
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, num_generations=2,
                       max_completion_length=4, report_to="none", max_steps=1, logging_steps=1,
                       save_strategy="no", disable_dropout=True, remove_unused_columns=False,
                       # fp32: bf16 matmuls round by batch shape on some CPUs (oneDNN's AMX kernels), and the tests
                       # compare a loss pass over some rows with one over all of them to fp32 precision.
-                      **{"beta": 0.0, "bf16": False, **(args_extra or {})})
+                      **{"beta": 0.0, "bf16": False, "per_device_train_batch_size": 4, **(args_extra or {})})
     trainer = SignalGRPOTrainer(model=model, reward_funcs=[_reward], args=args, train_dataset=ds,
                                 processing_class=tok, **extra)
     return trainer, ds
@@ -175,6 +175,51 @@ def test_sft_anchor_adds_the_weighted_demonstration_loss(tiny_model_dir, tmp_pat
         logits = trainer.model(input_ids=torch.tensor([ids])).logits[0]
     first = -torch.log_softmax(logits[n_prompt - 1].float(), dim=-1)[ids[n_prompt]].item()
     assert trainer._demonstration_loss(trainer.model, 1).item() == pytest.approx(first, rel=1e-5)
+
+
+def test_tied_failures_get_the_batch_normalised_advantage_of_their_reward():
+    from agentic_rl.train.signal import tied_failure_advantages
+
+    rewards = torch.tensor([1.1, 1.1, 0.2, 0.2, 1.2, 0.2, 0.0, 0.0, 0.0, 0.0])
+    correct = torch.tensor([1, 1, 0, 0, 1, 0, 0, 0, 1, 1], dtype=torch.bool)
+    # Batch mean 0.4, unbiased std 0.51424 (squared deviations summing to 2.38, over 9).
+    out = tied_failure_advantages(rewards, correct, 2, 0.5, scale=True)
+    # Only the groups that tie and all fail (the 2nd and 4th) move: 0.5 * (r - 0.4) / (0.51424 + 1e-4).
+    expected = [0.0, 0.0, -0.19443, -0.19443, 0.0, 0.0, -0.38885, -0.38885, 0.0, 0.0]
+    assert out.tolist() == pytest.approx(expected, abs=1e-4)
+    # Correct episodes that tie (the 1st and the last group) never move, whatever their reward; without scaling the
+    # advantage is the reward minus the batch mean.
+    assert tied_failure_advantages(rewards, correct, 2, 1.0, scale=False).tolist() == pytest.approx(
+        [0.0, 0.0, -0.2, -0.2, 0.0, 0.0, -0.4, -0.4, 0.0, 0.0], abs=1e-6)
+
+
+def test_a_failure_every_sample_repeats_is_pushed_down(tiny_model_dir, tmp_path):
+    trainer, ds = _trainer(tiny_model_dir, tmp_path, tied_failure_weight=0.5, skip_zero_advantage_rows=True,
+                           args_extra={"scale_rewards": "batch", "per_device_train_batch_size": 6})
+    trainer.model.train()
+    rows = [{**dict(ds[i]), "correct": correct} for i, correct in
+            ((0, False), (0, False), (1, True), (1, True), (4, False), (4, True))]
+    batch = trainer._generate_and_score_completions(rows)
+    # Rewards [0, 0, 0, 0, 0, 1]: batch mean 1/6, unbiased std 0.40825. The tied failing group gets
+    # 0.5 * (0 - 1/6) / (0.40825 + 1e-4); the tied correct group stays at zero; the varied group keeps TRL's
+    # (r - group mean) / batch std = -+0.5 / (0.40825 + 1e-4).
+    expected = [-0.20408, -0.20408, 0.0, 0.0, -1.22444, 1.22444]
+    assert batch["advantages"].tolist() == pytest.approx(expected, abs=1e-4)
+    assert trainer._metrics["train"]["signal/tied_failure_fraction"] == [pytest.approx(2 / 6)]
+    # The completion log holds the advantages trained on.
+    from agentic_rl.train.monitoring import trl_generation_log
+
+    assert list(trl_generation_log(trainer)["advantages"])[-6:] == pytest.approx(expected, abs=1e-4)
+    # The pushed-down rows are in the loss pass; the tied correct ones are left out.
+    kept = trainer.rows_with_signal(batch)
+    assert kept["advantages"].tolist() == pytest.approx([-0.20408, -0.20408, -1.22444, 1.22444], abs=1e-4)
+
+
+def test_without_the_episodes_correctness_the_push_down_stops_with_a_message(tiny_model_dir, tmp_path):
+    trainer, ds = _trainer(tiny_model_dir, tmp_path, tied_failure_weight=0.5)
+    trainer.model.train()
+    with pytest.raises(RuntimeError, match="rollout field 'correct' did not reach"):
+        trainer._generate_and_score_completions([dict(ds[i]) for i in (0, 0, 4, 4)])
 
 
 def test_estimated_pass_rates_of_an_untrained_model_are_zero(tiny_model_dir):

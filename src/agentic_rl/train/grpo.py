@@ -178,6 +178,8 @@ class GRPOConfig(EnvironmentSettings):
     sft_loss_weight: float = setting(0.0, "weight of the demonstrations' SFT loss added to the GRPO loss (0 = off)")
     sft_anchor_run: str | None = setting(None, "with sft_loss_weight: the SFT run folder whose demonstrations the "
                                          "anchor trains on (a pipeline: its sft stage); unset: reference solutions")
+    tied_failure_weight: float = setting(0.0, "with an environment: groups whose episodes all fail alike get this x "
+                                         "their batch-normalised reward as advantage, not 0 (0 = off, as TRL)")
     skip_zero_advantage_rows: bool = setting(True, "leave completions with all-zero advantages out of the loss pass "
                                              "where no gradient changes (beta 0, loss dapo/cispo/vespo, 1 process)")
 
@@ -280,8 +282,7 @@ class GRPOConfig(EnvironmentSettings):
         self.report_to = report_to_list(self.report_to)
         if self.use_vllm and not has_gpu():
             raise ConfigError("use_vllm needs a CUDA GPU; drop --use-vllm on CPU")
-        check_signal_settings(self.refill_max_draws, self.select_pass_rate_low, self.select_pass_rate_high)
-        check_range(self, ("select_samples", "sft_loss_weight"), 0)  # 0: off
+        check_signal_settings(self)
         self.check_environment_settings()
         if self.environment is not None:
             self._validate_environment()
@@ -480,8 +481,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         "base_dir": base_dir,
         "best_dir": str(out / "best") if (out / "best").is_dir() else None,
         "best_heldout": best_row(out),
-        "best_step": monitor.best_step,
-        "heldout": heldout_rows,
+        "best_step": monitor.best_step, "heldout": heldout_rows,
         "train_metrics": {k: v for k, v in train_result.metrics.items() if isinstance(v, (int, float))},
         "warnings": rules.warnings,
         "trainable_parameters": trainable,

@@ -63,6 +63,8 @@ grpo/signal/dropped_group_fraction     (ours, refill_max_draws)     groups of th
 grpo/signal/refill_draws               (ours)                       extra generation rounds to replace them
 grpo/signal/final_zero_std_fraction    (ours)                       groups without signal left in the batch
 grpo/signal/sft_loss                   (ours, sft_loss_weight)      demonstrations' NLL added to the loss
+grpo/signal/tied_failure_fraction      (ours, tied_failure_weight)  episodes of groups that all fail alike,
+                                                                    given a negative advantage
 grpo/signal/skipped_row_fraction       (ours)                       completions left out of the loss pass: all
                                                                     their advantages zero (the same update)
 eval/accuracy, eval/format_rate,       (ours)                       greedy held-out evaluation every N steps
@@ -126,7 +128,7 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
     def __init__(self, *args, refill_max_draws: int = 0, sft_loss_weight: float = 0.0,
                  sft_demonstrations: list[tuple[list[int], list[int]]] | None = None, seed: int = 0,
                  credit_assignment: str = "trajectory", turn_discount: float = 1.0,
-                 skip_zero_advantage_rows: bool = False, **kwargs):
+                 skip_zero_advantage_rows: bool = False, tied_failure_weight: float = 0.0, **kwargs):
         if credit_assignment not in CREDIT_ASSIGNMENTS:
             raise ConfigError(f"credit_assignment must be one of {', '.join(CREDIT_ASSIGNMENTS)}; got "
                               f"{credit_assignment!r}")
@@ -149,6 +151,7 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
         self.credit_assignment = credit_assignment
         self.turn_discount = turn_discount
         self.skips_zero_advantage_rows = skip_zero_advantage_rows and self.zero_rows_add_nothing()
+        self.tied_failure_weight = tied_failure_weight
 
     def zero_rows_add_nothing(self) -> bool:
         """Whether a completion whose advantages are all zero adds nothing to TRL's loss or its gradient. Its
@@ -211,9 +214,42 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
             # instead, on this process's rows (their advantages, reward minus group mean, are exactly zero)
             tied = 1.0 - group_has_signal(batch["advantages"], self.num_generations).float().mean().item()
             self._metrics["train"]["frac_reward_zero_std"][-1] = tied
+        if self.model.training and self.tied_failure_weight:
+            self._push_down_tied_failures(batch, inputs)
         if self.credit_assignment == "turn":
             self._assign_turn_credit(batch, inputs)
         return batch
+
+    def _push_down_tied_failures(self, batch, inputs) -> None:
+        """Give the groups whose episodes all fail with one reward the advantage of
+        :func:`agentic_rl.train.signal.tied_failure_advantages` (their TRL advantage is zero). The rewards are the
+        weighted sum TRL logged for this draw, the episodes' ``correct`` the rollout's, over every process's rows."""
+        from accelerate.utils import gather_object
+
+        from agentic_rl.train.signal import tied_failure_advantages
+
+        if any("correct" not in row for row in inputs):
+            raise RuntimeError(f"tied_failure_weight: the rollout field 'correct' did not reach the trainer's inputs "
+                               f"(TRL {trl.__version__}; written for TRL {TRL_CHECKED})")
+        correct = torch.tensor(gather_object([bool(row["correct"]) for row in inputs]))
+        log = trl_generation_log(self)
+        local = batch["advantages"].shape[0]
+        total = local * self.accelerator.num_processes
+        per_func = [list(log["rewards"][name])[-total:] for name in self.reward_func_names]
+        if any(len(values) != total for values in per_func):
+            raise RuntimeError(f"tied_failure_weight: TRL's log holds fewer rewards than the {total} completions "
+                               f"drawn (TRL {trl.__version__}; written for TRL {TRL_CHECKED})")
+        rewards = (torch.tensor(per_func, dtype=torch.float32).T * self.reward_weights).nansum(dim=1)  # as TRL sums
+        extra = tied_failure_advantages(rewards, correct, self.num_generations, self.tied_failure_weight,
+                                        scale=self.scale_rewards != "none")
+        self._metrics["train"]["signal/tied_failure_fraction"].append((extra != 0).float().mean().item())
+        start = self.accelerator.process_index * local
+        batch["advantages"] = batch["advantages"] + extra[start:start + local].to(batch["advantages"].device)
+        logged = log["advantages"]  # TRL's completion log: the advantages trained on
+        trained = [a + e for a, e in zip(list(logged)[-total:], extra.tolist())]
+        for _ in range(len(trained)):
+            logged.pop()
+        logged.extend(trained)
 
     def _assign_turn_credit(self, batch, inputs) -> None:
         """Replace ``batch["advantages"]`` (B,) by per-token advantages (B, T) from each turn's return-to-go
@@ -516,7 +552,8 @@ def build_trainer(config: Any, *, env_factory, out: Path, demonstrations, **trai
         trainer_kwargs.update(refill_max_draws=config.refill_max_draws, sft_loss_weight=config.sft_loss_weight,
                               sft_demonstrations=demonstrations, seed=config.seed,
                               credit_assignment=config.credit_assignment, turn_discount=config.turn_discount,
-                              skip_zero_advantage_rows=config.skip_zero_advantage_rows)
+                              skip_zero_advantage_rows=config.skip_zero_advantage_rows,
+                              tied_failure_weight=config.tied_failure_weight)
     trainer = variant.trainer(**trainer_kwargs)
     quiet_progress(trainer)
     return trainer

@@ -32,9 +32,10 @@ from typing import Any
 from agentic_rl.errors import ConfigError
 
 #: GRPO settings that RLOO does not have, with their GRPO-stage defaults (a changed value is an error under RLOO):
-#: TRL's loss aggregation and reward scaling, and our signal trainer's group refill and SFT anchor (train/signal.py,
-#: built on GRPOTrainer).
-GRPO_ONLY_SETTINGS = {"loss_type": "dapo", "scale_rewards": "group", "refill_max_draws": 0, "sft_loss_weight": 0.0}
+#: TRL's loss aggregation and reward scaling, and our signal trainer's group refill, SFT anchor and push-down of tied
+#: failures (train/signal.py, built on GRPOTrainer).
+GRPO_ONLY_SETTINGS = {"loss_type": "dapo", "scale_rewards": "group", "refill_max_draws": 0, "sft_loss_weight": 0.0,
+                      "tied_failure_weight": 0.0}
 
 
 def check_rloo_settings(config: Any) -> None:

@@ -1,8 +1,8 @@
-"""Learning from every GRPO step: difficulty selection, zero-variance group refill, and an SFT anchor loss.
+"""Learning from every GRPO step: difficulty selection, zero-variance group refill, an SFT anchor loss, tied failures.
 
 GRPO learns only from groups whose rewards differ: a group in which all ``num_generations`` completions score the
 same has zero advantage everywhere. At a few-percent sampled accuracy most groups are all-wrong, so most of each step
-is wasted. TRL 1.16 has no remedy; these three options of the GRPO stage supply the ones the field relies on:
+is wasted. TRL 1.16 has no remedy; these options of the GRPO stage supply the ones the field relies on:
 
 * **Difficulty selection** (before training): estimate every candidate prompt's pass rate from ``k`` samples of the
   starting policy at the training temperature (``k`` sampled episodes in an environment) and keep the prompts whose
@@ -14,10 +14,14 @@ is wasted. TRL 1.16 has no remedy; these three options of the GRPO stage supply 
   shape never changes (:class:`agentic_rl.train.grpo_trainer.SignalGRPOTrainer`).
 * **SFT anchor**: ``sft_loss_weight`` x the demonstrations' token-level negative log-likelihood is added to the GRPO
   loss of every micro-step, to stop the policy drifting from what SFT taught.
+* **Tied failures pushed down** (episodes in an environment): a group whose episodes all fail with one reward gets
+  ``tied_failure_weight`` x its reward's batch-normalised advantage instead of none
+  (:func:`tied_failure_advantages`).
 
 Logged (our names): ``grpo/signal/dropped_group_fraction`` (groups of the first draw with no signal),
 ``grpo/signal/refill_draws`` (extra generation rounds), ``grpo/signal/final_zero_std_fraction`` (groups without signal
-left in the batch that trains), ``grpo/signal/sft_loss``.
+left in the batch that trains), ``grpo/signal/sft_loss``, ``grpo/signal/tied_failure_fraction`` (episodes pushed
+down).
 """
 
 from __future__ import annotations
@@ -72,6 +76,29 @@ def pass_rate_histogram(rates: list[float], samples: int) -> dict[str, int]:
     for rate in rates:
         counts[f"{round(rate * samples)}/{samples}"] += 1
     return counts
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Failures every sample repeats
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def tied_failure_advantages(rewards, correct, num_generations: int, weight: float, scale: bool):
+    """Advantages (N,) for the groups of ``num_generations`` episodes that all fail (``correct`` false) with the same
+    reward: ``weight * (r - mean) / (std + 1e-4)`` with the batch's mean and standard deviation of ``rewards``
+    (without ``scale``, not divided), zero for every other completion. GRPO gives such a group no signal (reward
+    minus group mean is zero), so a mistake the policy makes in every sample is never pushed down; this is
+    negative-sample reinforcement of it (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in
+    LLM Reasoning"), which moves probability from the repeated choice to the others the model gives some weight."""
+    import torch
+
+    groups = rewards.view(-1, num_generations)
+    tied = (groups.max(dim=1).values - groups.min(dim=1).values) == 0
+    failed = ~correct.view(-1, num_generations).any(dim=1)
+    mean = rewards.mean()
+    scaled = (rewards - mean) / (rewards.std() + 1e-4) if scale and rewards.numel() > 1 else rewards - mean
+    mask = (tied & failed).repeat_interleave(num_generations)
+    return torch.where(mask, weight * scaled, torch.zeros_like(rewards))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -247,12 +274,21 @@ def sft_run_demonstrations(run_dir: str, tokenizer) -> list[tuple[list[int], lis
     return tokenize_demonstrations(tokenizer, list(rows_reached(build_sft_dataset(sft), sft)), max_length=1024)
 
 
-def check_signal_settings(refill_max_draws: int, select_low: float, select_high: float) -> None:
-    if refill_max_draws < 0:
-        raise ConfigError(f"refill_max_draws must be >= 0 (0 = off), got {refill_max_draws}")
-    if not 0.0 <= select_low <= select_high <= 1.0:
-        raise ConfigError(f"difficulty band must satisfy 0 <= select_pass_rate_low ({select_low}) <= "
-                          f"select_pass_rate_high ({select_high}) <= 1")
+def check_signal_settings(config: Any) -> None:
+    """The GRPO stage's signal settings: refill draws, the difficulty band, the tied-failure weight (which needs
+    episodes, whose correctness it reads, and trajectory credit, whose advantages it adds to)."""
+    from agentic_rl.config import check_range
+
+    if config.refill_max_draws < 0:
+        raise ConfigError(f"refill_max_draws must be >= 0 (0 = off), got {config.refill_max_draws}")
+    low, high = config.select_pass_rate_low, config.select_pass_rate_high
+    if not 0.0 <= low <= high <= 1.0:
+        raise ConfigError(f"difficulty band must satisfy 0 <= select_pass_rate_low ({low}) <= "
+                          f"select_pass_rate_high ({high}) <= 1")
+    check_range(config, ("select_samples", "sft_loss_weight", "tied_failure_weight"), 0)  # 0: off
+    if config.tied_failure_weight and (config.environment is None or config.credit_assignment != "trajectory"):
+        raise ConfigError("tied_failure_weight needs episodes in an environment (their correctness) and "
+                          "credit_assignment: trajectory; set it to 0")
 
 
 def log_selection(rates: list[float], kept: int, samples: int, low: float, high: float) -> None:
