@@ -4,6 +4,7 @@ sampling, modes and adapters; GRPO's sampling through the same loop."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import pytest
@@ -182,6 +183,7 @@ def test_compact_engine_prefills_repeated_prompts_once_with_the_same_result(earl
     prefilled = []
     original = model.forward
 
+    @functools.wraps(original)  # the decode loop reads the cache keyword from forward's signature
     def counting_forward(*args, **kwargs):
         if kwargs["input_ids"].shape[1] > 1:  # a prefill (decode steps feed one token)
             prefilled.append(kwargs["input_ids"].shape[0])
@@ -210,6 +212,7 @@ def test_compact_engine_prefills_a_prefix_all_contexts_share_once(early_stopping
     widths = []
     original = model.forward
 
+    @functools.wraps(original)  # the decode loop reads the cache keyword from forward's signature
     def recording_forward(*args, **kwargs):
         if kwargs["input_ids"].shape[1] > 1:
             widths.append(tuple(kwargs["input_ids"].shape))
@@ -334,6 +337,7 @@ def count_prefilled_tokens(model, monkeypatch) -> list[int]:
     prefilled: list[int] = []
     original = model.forward
 
+    @functools.wraps(original)  # the decode loop reads the cache keyword from forward's signature
     def counting_forward(*args, **kwargs):
         if kwargs["input_ids"].shape[1] > 1:
             prefilled.append(int(kwargs["attention_mask"][:, -kwargs["input_ids"].shape[1]:].sum()))
