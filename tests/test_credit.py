@@ -160,10 +160,10 @@ SCRIPTS = {0: ["call", "Final Answer: 1081"], 1: ["Final Answer: 5"], 2: ["call"
 SCRIPTED_STEP_REWARDS = [[0.1, 1.0], [0.0], [0.1, 0.0, 1.0], [0.1, 0.0]]
 
 
-def _scripted_batch(tiny_model_dir, tokenizer, monkeypatch, tmp_path, trainer_class, **trainer_kwargs):
-    """A trainer and one scored generation batch: 2 groups of 2 calculator episodes played by :data:`SCRIPTS`
-    (row 0: call, right answer; row 1: wrong answer at once; row 2: call, the same call again, right answer; row 3:
-    call, wrong answer)."""
+def _scripted_batch(tiny_model_dir, tokenizer, monkeypatch, tmp_path, trainer_class, scripts=None, **trainer_kwargs):
+    """A trainer and one scored generation batch: 2 groups of 2 calculator episodes played by ``scripts`` (default
+    :data:`SCRIPTS`: row 0: call, right answer; row 1: wrong answer at once; row 2: call, the same call again, right
+    answer; row 3: call, wrong answer)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig
@@ -175,6 +175,7 @@ def _scripted_batch(tiny_model_dir, tokenizer, monkeypatch, tmp_path, trainer_cl
     from agentic_rl.agent.tool_format import ChatFormat, render_tool_call
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    scripts = SCRIPTS if scripts is None else scripts
     call = render_tool_call("calculator", {"expression": "23*47"})
     fmt = ChatFormat(tokenizer)
     calls = []
@@ -182,9 +183,9 @@ def _scripted_batch(tiny_model_dir, tokenizer, monkeypatch, tmp_path, trainer_cl
     def generate(model, contexts, **kwargs):
         turn = len(calls)
         calls.append(len(contexts))
-        active = [row for row, script in SCRIPTS.items() if len(script) > turn]  # rows still playing, in batch order
+        active = [row for row, script in scripts.items() if len(script) > turn]  # rows still playing, in batch order
         assert len(active) == len(contexts)
-        texts = [SCRIPTS[row][turn] for row in active]
+        texts = [scripts[row][turn] for row in active]
         return [fmt.encode(call if text == "call" else text) + [fmt.end_of_turn_id] for text in texts]
 
     questions = ["A farm has 23 boxes with 47 eggs in each box. How many eggs are there?",
@@ -204,8 +205,9 @@ def _scripted_batch(tiny_model_dir, tokenizer, monkeypatch, tmp_path, trainer_cl
     trainer.model.train()  # as inside trainer.train(): metrics go to the "train" bucket
     inputs = [{"prompt": rows[k]["prompt"]} for k in (0, 0, 1, 1)]  # as TRL's sampler repeats each prompt
     batch = trainer._generate_and_score_completions(inputs)
-    assert calls == [4, 3, 1]
-    assert [row["step_rewards"] for row in inputs] == [pytest.approx(r) for r in SCRIPTED_STEP_REWARDS]
+    if scripts is SCRIPTS:
+        assert calls == [4, 3, 1]
+        assert [row["step_rewards"] for row in inputs] == [pytest.approx(r) for r in SCRIPTED_STEP_REWARDS]
     return trainer, batch
 
 
@@ -242,6 +244,24 @@ def test_trajectory_credit_is_trls_advantage_and_tool_tokens_get_no_loss(tiny_mo
     tool = (batch["completion_mask"] == 1) & (batch["tool_mask"] == 0)
     assert tool.any() and torch.all(grad[~action] == 0) and torch.all(grad[action] != 0)
     assert "<tool_response>" in tokenizer.decode(batch["completion_ids"][0][tool[0]])
+
+
+def test_a_group_whose_episodes_all_fail_alike_is_pushed_down_by_the_rollouts_correctness(tiny_model_dir, tokenizer,
+                                                                                           monkeypatch, tmp_path):
+    from agentic_rl.train.grpo_trainer import SignalGRPOTrainer
+
+    # Group 1: call and the right answer (return 1.1) against a wrong answer at once (0.0); group 2: two wrong answers
+    # at once (0.0 each), a tie that TRL's advantage leaves at zero.
+    scripts = {0: ["call", "Final Answer: 1081"], 1: ["Final Answer: 5"], 2: ["Final Answer: 5"],
+               3: ["Final Answer: 7"]}
+    trainer, batch = _scripted_batch(tiny_model_dir, tokenizer, monkeypatch, tmp_path, SignalGRPOTrainer,
+                                     scripts=scripts, tied_failure_weight=1.0)
+    # Group 1 keeps TRL's ±0.55 / (its std 1.1/sqrt(2) + eps); group 2 gets (0 - 0.275) / (the batch's std 0.55 +
+    # eps): returns 1.1, 0, 0, 0 have mean 0.275 and unbiased standard deviation 0.55.
+    s1 = 1.1 / math.sqrt(2)
+    assert batch["advantages"].tolist() == pytest.approx([0.55 / (s1 + EPS), -0.55 / (s1 + EPS), -0.275 / (0.55 + EPS),
+                                                          -0.275 / (0.55 + EPS)], rel=1e-5)
+    assert trainer._metrics["train"]["signal/tied_failure_fraction"] == [0.5]
 
 
 def test_turn_credit_gives_each_turn_its_own_advantage_and_tool_tokens_get_no_loss(tiny_model_dir, tokenizer,
