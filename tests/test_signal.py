@@ -191,6 +191,11 @@ def test_tied_failures_get_the_batch_normalised_advantage_of_their_reward():
     # advantage is the reward minus the batch mean.
     assert tied_failure_advantages(rewards, correct, 2, 1.0, scale=False).tolist() == pytest.approx(
         [0.0, 0.0, -0.2, -0.2, 0.0, 0.0, -0.4, -0.4, 0.0, 0.0], abs=1e-6)
+    # A failing group above the batch's mean (1.7 / 6: its calls earned more than most episodes) is not reinforced.
+    low = torch.tensor([0.3, 0.3, 0.0, 0.0, 0.0, 1.1])
+    assert tied_failure_advantages(low, torch.tensor([0, 0, 0, 0, 0, 1], dtype=torch.bool), 2, 1.0,
+                                   scale=False).tolist() == pytest.approx([0.0, 0.0, -0.28333, -0.28333, 0.0, 0.0],
+                                                                          abs=1e-4)
 
 
 def test_a_failure_every_sample_repeats_is_pushed_down(tiny_model_dir, tmp_path):

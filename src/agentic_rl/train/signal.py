@@ -85,8 +85,9 @@ def pass_rate_histogram(rates: list[float], samples: int) -> dict[str, int]:
 
 def tied_failure_advantages(rewards, correct, num_generations: int, weight: float, scale: bool):
     """Advantages (N,) for the groups of ``num_generations`` episodes that all fail (``correct`` false) with the same
-    reward: ``weight * (r - mean) / (std + 1e-4)`` with the batch's mean and standard deviation of ``rewards``
-    (without ``scale``, not divided), zero for every other completion. GRPO gives such a group no signal (reward
+    reward: ``weight * min(0, (r - mean) / (std + 1e-4))`` with the batch's mean and standard deviation of
+    ``rewards`` (without ``scale``, not divided; never positive: a failure is not reinforced, even where most of the
+    batch scores less), zero for every other completion. GRPO gives such a group no signal (reward
     minus group mean is zero), so a mistake the policy makes in every sample is never pushed down; this is
     negative-sample reinforcement of it (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in
     LLM Reasoning"), which moves probability from the repeated choice to the others the model gives some weight."""
@@ -98,7 +99,7 @@ def tied_failure_advantages(rewards, correct, num_generations: int, weight: floa
     mean = rewards.mean()
     scaled = (rewards - mean) / (rewards.std() + 1e-4) if scale and rewards.numel() > 1 else rewards - mean
     mask = (tied & failed).repeat_interleave(num_generations)
-    return torch.where(mask, weight * scaled, torch.zeros_like(rewards))
+    return torch.where(mask, weight * scaled.clamp(max=0.0), torch.zeros_like(rewards))
 
 
 # ---------------------------------------------------------------------------------------------------------------
