@@ -98,7 +98,8 @@ from agentic_rl.errors import ConfigError
 from agentic_rl.runs import MODEL_FOLDER
 from agentic_rl.train.credit import CREDIT_ASSIGNMENTS
 from agentic_rl.train.logprobs import FoldedContextScoring, LengthSortedScoring
-from agentic_rl.train.monitoring import HealthMonitor, NonFiniteGuard, quiet_progress, trl_generation_log
+from agentic_rl.train.monitoring import (HealthMonitor, NonFiniteGuard, log_trained_advantages, quiet_progress,
+                                         trl_generation_log)
 from agentic_rl.train.signal import concat_batches, group_has_signal, select_groups, select_rows
 from agentic_rl.utils import append_jsonl, has_gpu, log, read_json, write_json
 
@@ -245,11 +246,7 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
         self._metrics["train"]["signal/tied_failure_fraction"].append((extra != 0).float().mean().item())
         start = self.accelerator.process_index * local
         batch["advantages"] = batch["advantages"] + extra[start:start + local].to(batch["advantages"].device)
-        logged = log["advantages"]  # TRL's completion log: the advantages trained on
-        trained = [a + e for a, e in zip(list(logged)[-total:], extra.tolist())]
-        for _ in range(len(trained)):
-            logged.pop()
-        logged.extend(trained)
+        log_trained_advantages(self, [a + e for a, e in zip(list(log["advantages"])[-total:], extra.tolist())])
 
     def _assign_turn_credit(self, batch, inputs) -> None:
         """Replace ``batch["advantages"]`` (B,) by per-token advantages (B, T) from each turn's return-to-go
@@ -275,10 +272,7 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
         spans = [spans for _, spans in episodes[start:start + local]]
         batch["advantages"] = token_advantages(advantages[start:start + local], spans,
                                                batch["completion_ids"].shape[1]).to(batch["completion_ids"].device)
-        logged = trl_generation_log(self)["advantages"]
-        for _ in range(min(len(advantages), len(logged))):
-            logged.pop()
-        logged.extend(advantages)
+        log_trained_advantages(self, advantages)
 
     def _draw_prompts(self, n_prompts: int) -> list[dict[str, Any]]:
         """``n_prompts`` training rows, each repeated ``num_generations`` times, as TRL's sampler lays them out."""
@@ -418,10 +412,7 @@ class RLOOEpisodeTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrai
             self._metrics[mode]["kl"].append((stats[0] / stats[1].clamp(min=1.0)).item())
         advantages = centred * g / (g - 1) if g > 1 else torch.zeros_like(centred)
         # TRL's completion log holds GRPO's advantages of this batch: replace them with the ones trained on.
-        logged = trl_generation_log(self)["advantages"]
-        for _ in range(min(len(advantages), len(logged))):
-            logged.pop()
-        logged.extend(advantages.tolist())
+        log_trained_advantages(self, advantages.tolist())
         start = self.accelerator.process_index * local
         batch["advantages"] = advantages[start:start + local]
         if old is not None:

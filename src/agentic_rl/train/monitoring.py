@@ -460,8 +460,9 @@ def trl_generation_log(trainer) -> dict[str, Any]:
 
     TRL 1.16 keeps this only in the private attribute ``trainer._logs`` (filled in
     ``_generate_and_score_completions`` for its ``log_completions`` table) and offers no public accessor. We need it
-    for GRPO's ``completions.jsonl`` (sample completions with each reward and the advantage) and RLOO's rollout
-    trainer writes the advantages it trained on into it. This is the one place the project touches that attribute,
+    for GRPO's ``completions.jsonl`` (sample completions with each reward and the advantage), and the overrides that
+    change TRL's advantages write the ones they trained on into it (:func:`log_trained_advantages`). This is the one
+    place the project touches that attribute,
     so a TRL release that renames it fails here, with a message, rather than deep in a callback.
     """
     logs = getattr(trainer, "_logs", None)
@@ -472,6 +473,15 @@ def trl_generation_log(trainer) -> dict[str, Any]:
                             "agentic_rl.train.monitoring.trl_generation_log, written for TRL 1.16): install the "
                             "TRL version in constraints.txt, or set completions_every: 0")
     return logs
+
+
+def log_trained_advantages(trainer, advantages: list) -> None:
+    """Replace the latest ``len(advantages)`` advantages of TRL's completion log (:func:`trl_generation_log`) by
+    ``advantages``, the ones trained on, when an override changed TRL's (RLOO's, turn credit's, tied failures')."""
+    logged = trl_generation_log(trainer)["advantages"]
+    for _ in range(min(len(advantages), len(logged))):
+        logged.pop()
+    logged.extend(advantages)
 
 
 
