@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentic_rl.config import check_range
 from agentic_rl.errors import ConfigError
 from agentic_rl.utils import log
 
@@ -278,8 +279,6 @@ def sft_run_demonstrations(run_dir: str, tokenizer) -> list[tuple[list[int], lis
 def check_signal_settings(config: Any) -> None:
     """The GRPO stage's signal settings: refill draws, the difficulty band, the tied-failure weight (which needs
     episodes, whose correctness it reads, and trajectory credit, whose advantages it adds to)."""
-    from agentic_rl.config import check_range
-
     if config.refill_max_draws < 0:
         raise ConfigError(f"refill_max_draws must be >= 0 (0 = off), got {config.refill_max_draws}")
     low, high = config.select_pass_rate_low, config.select_pass_rate_high
