@@ -462,8 +462,8 @@ def trl_generation_log(trainer) -> dict[str, Any]:
     ``_generate_and_score_completions`` for its ``log_completions`` table) and offers no public accessor. We need it
     for GRPO's ``completions.jsonl`` (sample completions with each reward and the advantage), and the overrides that
     change TRL's advantages write the ones they trained on into it (:func:`log_trained_advantages`). This is the one
-    place the project touches that attribute,
-    so a TRL release that renames it fails here, with a message, rather than deep in a callback.
+    place the project touches that attribute, so a TRL release that renames it fails here, with a message, rather
+    than deep in a callback.
     """
     logs = getattr(trainer, "_logs", None)
     if not isinstance(logs, dict) or not {"prompt", "completion", "rewards", "advantages"} <= logs.keys():
@@ -482,7 +482,6 @@ def log_trained_advantages(trainer, advantages: list) -> None:
     for _ in range(min(len(advantages), len(logged))):
         logged.pop()
     logged.extend(advantages)
-
 
 
 class QuietProgressCallback(ProgressCallback):

@@ -88,10 +88,10 @@ def tied_failure_advantages(rewards, correct, num_generations: int, weight: floa
     """Advantages (N,) for the groups of ``num_generations`` episodes that all fail (``correct`` false) with the same
     reward: ``weight * min(0, (r - mean) / (std + 1e-4))`` with the batch's mean and standard deviation of
     ``rewards`` (without ``scale``, not divided; never positive: a failure is not reinforced, even where most of the
-    batch scores less), zero for every other completion. GRPO gives such a group no signal (reward
-    minus group mean is zero), so a mistake the policy makes in every sample is never pushed down; this is
-    negative-sample reinforcement of it (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in
-    LLM Reasoning"), which moves probability from the repeated choice to the others the model gives some weight."""
+    batch scores less), zero for every other completion. GRPO gives such a group no signal (reward minus group mean
+    is zero), so a mistake the policy makes in every sample is never pushed down; this is negative-sample
+    reinforcement of it (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM
+    Reasoning"), which moves probability from the repeated choice to the others the model gives some weight."""
     import torch
 
     groups = rewards.view(-1, num_generations)
