@@ -3,6 +3,7 @@ a CPU with AVX512-BF16 or AMX-BF16), fp32 weights, the matmuls of training in bf
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -120,13 +121,68 @@ def test_pretrain_trains_in_bf16_when_set(tmp_path, linear_outputs):
     assert _saved_dtypes(result["model_dir"]) == {torch.float32}
 
 
+@pytest.fixture
+def decoding_outputs():
+    """dtypes of the nn.Linear outputs computed in inference mode (the decode loop's) while the test runs."""
+    seen: set[torch.dtype] = set()
+
+    def record(module, args, output):
+        if isinstance(module, torch.nn.Linear) and torch.is_inference_mode_enabled():
+            seen.add(output.dtype)
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    yield seen
+    handle.remove()
+
+
 @pytest.mark.parametrize("bf16", [True, False])
-def test_grpo_samples_and_trains_in_bf16_when_set(tiny_model_dir, tmp_path, linear_outputs, bf16):
+def test_grpo_trains_in_bf16_when_set_and_samples_in_fp32_on_a_cpu(tiny_model_dir, tmp_path, linear_outputs,
+                                                                    decoding_outputs, bf16):
+    """The loss and the log-prob passes (the policy's and the reference's) run in the set precision; sampling and
+    the held-out checks run the weights' fp32 on a CPU (generate.weights_precision), and the wrapper is back after."""
     from agentic_rl.train.grpo import run
 
     config = grpo_config(tiny_model_dir, tmp_path, max_steps=1, save_steps=10, gradient_accumulation_steps=4,
-                         learning_rate=1e-5, generation_backend="compact", bf16=bf16)
+                         learning_rate=1e-5, generation_backend="compact", bf16=bf16, beta=0.04, heldout_every=1,
+                         eval_samples=4)
     run(config)
     expected = torch.bfloat16 if bf16 else torch.float32
-    # the policy's loss (grad), sampling and the reference's log-probs (no grad): all in one precision
-    assert linear_outputs == {(expected, True), (expected, False)}
+    assert decoding_outputs == {torch.float32}
+    assert {dtype for dtype, grad in linear_outputs if grad} == {expected}
+    assert {dtype for dtype, grad in linear_outputs if not grad} == {expected, torch.float32}
+
+
+def test_decoding_sets_the_mixed_precision_wrapper_aside_only_while_it_decodes(tiny_model_dir, decoding_outputs):
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from agentic_rl.models import generate
+    from agentic_rl.models.loading import load_model_and_tokenizer
+
+    model, _ = load_model_and_tokenizer(str(tiny_model_dir), dtype="float32", for_training=True)
+    AcceleratorState._reset_state(reset_partial_state=True)  # as transformers does before each trainer's accelerator
+    model = Accelerator(cpu=True, mixed_precision="bf16").prepare_model(model)
+    wrapper = vars(model)["forward"]
+    contexts = [[5, 6, 7, 8], [9, 10, 11]]
+    fp32 = generate.generate_token_ids(model, contexts, max_new_tokens=4, stop_ids=[], pad_id=0)
+    assert decoding_outputs == {torch.float32}
+    assert vars(model)["forward"] is wrapper
+    with torch.no_grad():
+        assert model(input_ids=torch.tensor([contexts[0]])).logits.dtype == torch.float32  # the wrapper's upcast
+    decoding_outputs.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(generate, "CPU_DECODES_IN_WEIGHTS_PRECISION", False)
+        generate.generate_token_ids(model, contexts, max_new_tokens=4, stop_ids=[], pad_id=0)
+    assert decoding_outputs == {torch.bfloat16}
+    # a forward the instance replaces (not a wrapper of the class's) is kept
+    plain, _ = load_model_and_tokenizer(str(tiny_model_dir), dtype="float32", for_training=True)
+    calls = []
+
+    def replaced(*args, **kwargs):
+        calls.append(1)
+        return type(plain).forward(plain, *args, **kwargs)
+
+    replaced.__signature__ = inspect.signature(plain.forward)
+    plain.forward = replaced
+    assert generate.generate_token_ids(plain, contexts, max_new_tokens=4, stop_ids=[], pad_id=0) == fp32
+    assert calls

@@ -198,6 +198,8 @@ def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int,
     padded batches, which carries finished rows to the end of the batch; ``auto`` is ``compact`` wherever the model
     allows it (a decoder-only model with plain full-attention cache layers), else ``padded``.
 
+    On a CPU it decodes in the weights' precision, setting aside a mixed-precision wrapper (:func:`weights_precision`).
+
     ``progress``: the label of a progress bar (with a time estimate) over the contexts; None draws none.
 
     ``turn_cache`` with ``cache_keys`` (one per context): the compact engine starts each context from the keys and
@@ -227,7 +229,7 @@ def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int,
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(contexts), desc=progress, unit="seq", disable=progress is None, file=sys.stderr)
-    with torch.inference_mode(), bar:
+    with torch.inference_mode(), weights_precision(model), bar:
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
             batch = [contexts[i] for i in idx]
@@ -246,6 +248,35 @@ def generate_token_ids(model, contexts: list[list[int]], *, max_new_tokens: int,
                     turn_cache.store(cache_keys[i], contexts[i] + ids[:n_new], layers)
             bar.update(len(idx))
     return results
+
+
+#: Whether decoding on a CPU sets a mixed-precision wrapper aside (:func:`weights_precision`);
+#: ``benchmarks/bench_decode_precision.py`` turns it off to time the autocast decoding it replaces.
+CPU_DECODES_IN_WEIGHTS_PRECISION = True
+
+
+@contextmanager
+def weights_precision(model):
+    """While decoding on a CPU, the model runs its class's ``forward``, in its weights' precision (fp32 in training),
+    not a mixed-precision wrapper set on the instance; the wrapper is put back on exit.
+
+    TRL's ``bf16`` setting has accelerate wrap the instance's ``forward`` in bf16 autocast. On a CPU, with the weights
+    in training (as GRPO's are while it samples), a decode step of a few tokens per sequence then costs more than the
+    fp32 step (``benchmarks/bench_decode_precision.py`` measures both), so GRPO's sampling and held-out checks run in
+    fp32 while its loss keeps the bf16 matmuls. The samples then come from the policy as evaluation scores it:
+    evaluation loads the weights in fp32 on a CPU. A GPU keeps the wrapper (its bf16 matmuls are fast). Only a wrapper
+    of the class's own forward (its ``__wrapped__`` chain leads there) is set aside, never a forward the instance
+    replaces."""
+    forward = model.__dict__.get("forward")
+    if (not CPU_DECODES_IN_WEIGHTS_PRECISION or forward is None or _model_device(model).type != "cpu"
+            or inspect.unwrap(forward) is not inspect.unwrap(type(model).forward)):
+        yield
+        return
+    del model.__dict__["forward"]
+    try:
+        yield
+    finally:
+        model.forward = forward
 
 
 def _compact_supported(model) -> bool:
