@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     system_prompt = environment_system_prompt(config.system_prompt, env_factory())  # as evaluation's, with tools
     model, tokenizer = load_model_and_tokenizer(config.models[0], dtype="float32", for_training=True)
     model = Accelerator(cpu=True, mixed_precision="bf16").prepare_model(model)
-    model.train()  # as GRPO holds the policy while it samples (in evaluation mode both variants run at one speed)
+    model.train()  # as GRPO holds the policy while it samples
     if "forward" not in vars(model):
         print("accelerate set no mixed-precision wrapper on this model: nothing to compare", file=sys.stderr)
         return 2

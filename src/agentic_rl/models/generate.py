@@ -262,11 +262,11 @@ def weights_precision(model):
 
     TRL's ``bf16`` setting has accelerate wrap the instance's ``forward`` in bf16 autocast. On a CPU, with the weights
     in training (as GRPO's are while it samples), a decode step of a few tokens per sequence then costs more than the
-    fp32 step (``benchmarks/bench_decode_precision.py`` measures both), so GRPO's sampling and held-out checks run in
-    fp32 while its loss keeps the bf16 matmuls. The samples then come from the policy as evaluation scores it:
-    evaluation loads the weights in fp32 on a CPU. A GPU keeps the wrapper (its bf16 matmuls are fast). Only a wrapper
-    of the class's own forward (its ``__wrapped__`` chain leads there) is set aside, never a forward the instance
-    replaces."""
+    fp32 step (``benchmarks/bench_decode_precision.py`` measures both), so GRPO's sampling through this loop (its
+    episodes, ``generation_backend: compact``) and its held-out checks run in fp32 while its loss keeps the bf16
+    matmuls. The samples then come from the policy as evaluation scores it: evaluation loads the weights in fp32 on a
+    CPU. A GPU keeps the wrapper (its bf16 matmuls are fast). Only a wrapper of the class's own forward (its
+    ``__wrapped__`` chain leads there) is set aside, never a forward the instance replaces."""
     forward = model.__dict__.get("forward")
     if (not CPU_DECODES_IN_WEIGHTS_PRECISION or forward is None or _model_device(model).type != "cpu"
             or inspect.unwrap(forward) is not inspect.unwrap(type(model).forward)):
