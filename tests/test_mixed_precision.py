@@ -174,7 +174,7 @@ def test_decoding_sets_the_mixed_precision_wrapper_aside_only_while_it_decodes(t
         patch.setattr(generate, "CPU_DECODES_IN_WEIGHTS_PRECISION", False)
         generate.generate_token_ids(model, contexts, max_new_tokens=4, stop_ids=[], pad_id=0)
     assert decoding_outputs == {torch.bfloat16}
-    # a forward the instance replaces (not a wrapper of the class's) is kept
+    # a forward set on an instance without accelerate's wrapper (here one that counts its calls) is kept
     plain, _ = load_model_and_tokenizer(str(tiny_model_dir), dtype="float32", for_training=True)
     calls = []
 

@@ -257,26 +257,27 @@ CPU_DECODES_IN_WEIGHTS_PRECISION = True
 
 @contextmanager
 def weights_precision(model):
-    """While decoding on a CPU, the model runs its class's ``forward``, in its weights' precision (fp32 in training),
-    not a mixed-precision wrapper set on the instance; the wrapper is put back on exit.
+    """While decoding on a CPU, the model runs the forward it had before accelerate's mixed-precision wrapper, in its
+    weights' precision (fp32 in training); the wrapper is put back on exit.
 
     TRL's ``bf16`` setting has accelerate wrap the instance's ``forward`` in bf16 autocast. On a CPU, with the weights
     in training (as GRPO's are while it samples), a decode step of a few tokens per sequence then costs more than the
     fp32 step (``benchmarks/bench_decode_precision.py`` measures both), so GRPO's sampling through this loop (its
     episodes, ``generation_backend: compact``) and its held-out checks run in fp32 while its loss keeps the bf16
     matmuls. The samples then come from the policy as evaluation scores it: evaluation loads the weights in fp32 on a
-    CPU. A GPU keeps the wrapper (its bf16 matmuls are fast). Only a wrapper of the class's own forward (its
-    ``__wrapped__`` chain leads there) is set aside, never a forward the instance replaces."""
-    forward = model.__dict__.get("forward")
-    if (not CPU_DECODES_IN_WEIGHTS_PRECISION or forward is None or _model_device(model).type != "cpu"
-            or inspect.unwrap(forward) is not inspect.unwrap(type(model).forward)):
+    CPU. A GPU keeps the wrapper (its bf16 matmuls are fast); so does a model no accelerate wrapper is on."""
+    # accelerate keeps the unwrapped forward under ``_original_forward``; its public way back to it,
+    # ``unwrap_model(keep_fp32_wrapper=False)``, drops the wrapper for good, and training needs it after the rollout.
+    original, wrapped = model.__dict__.get("_original_forward"), model.__dict__.get("forward")
+    if (not CPU_DECODES_IN_WEIGHTS_PRECISION or original is None or wrapped is None
+            or _model_device(model).type != "cpu"):
         yield
         return
-    del model.__dict__["forward"]
+    model.forward = original
     try:
         yield
     finally:
-        model.forward = forward
+        model.forward = wrapped
 
 
 def _compact_supported(model) -> bool:
