@@ -123,11 +123,13 @@ def test_pretrain_trains_in_bf16_when_set(tmp_path, linear_outputs):
 
 @pytest.fixture
 def decoding_outputs():
-    """dtypes of the nn.Linear outputs computed in inference mode (the decode loop's) while the test runs."""
+    """dtypes of the nn.Linear outputs of decoding steps (one new position per sequence, no gradient: the project's
+    decode loop and transformers' generate; scoring passes cover whole sequences) while the test runs."""
     seen: set[torch.dtype] = set()
 
     def record(module, args, output):
-        if isinstance(module, torch.nn.Linear) and torch.is_inference_mode_enabled():
+        if (isinstance(module, torch.nn.Linear) and not torch.is_grad_enabled() and output.dim() == 3
+                and output.shape[1] == 1):
             seen.add(output.dtype)
 
     handle = torch.nn.modules.module.register_module_forward_hook(record)
@@ -135,16 +137,18 @@ def decoding_outputs():
     handle.remove()
 
 
-@pytest.mark.parametrize("bf16", [True, False])
+@pytest.mark.parametrize("bf16, backend, full", [(True, "compact", False), (True, "trl", True), (True, "trl", False),
+                                                (False, "compact", False)])
 def test_grpo_trains_in_bf16_when_set_and_samples_in_fp32_on_a_cpu(tiny_model_dir, tmp_path, linear_outputs,
-                                                                    decoding_outputs, bf16):
-    """The loss and the log-prob passes (the policy's and the reference's) run in the set precision; sampling and
-    the held-out checks run the weights' fp32 on a CPU (generate.weights_precision), and the wrapper is back after."""
+                                                                    decoding_outputs, bf16, backend, full):
+    """The loss and the log-prob passes (the policy's and the reference's) run in the set precision; sampling (the
+    project's decode loop or TRL's own generation, of a full model or a LoRA one) and the held-out checks run the
+    weights' fp32 on a CPU (generate.weights_precision), and the wrapper is back after."""
     from agentic_rl.train.grpo import run
 
     config = grpo_config(tiny_model_dir, tmp_path, max_steps=1, save_steps=10, gradient_accumulation_steps=4,
-                         learning_rate=1e-5, generation_backend="compact", bf16=bf16, beta=0.04, heldout_every=1,
-                         eval_samples=4)
+                         learning_rate=1e-5, generation_backend=backend, bf16=bf16, beta=0.04, heldout_every=1,
+                         eval_samples=4, full=full)
     run(config)
     expected = torch.bfloat16 if bf16 else torch.float32
     assert decoding_outputs == {torch.float32}

@@ -262,10 +262,11 @@ def weights_precision(model):
 
     TRL's ``bf16`` setting has accelerate wrap the instance's ``forward`` in bf16 autocast. On a CPU, with the weights
     in training (as GRPO's are while it samples), a decode step of a few tokens per sequence then costs more than the
-    fp32 step (``benchmarks/bench_decode_precision.py`` measures both), so GRPO's sampling through this loop (its
-    episodes, ``generation_backend: compact``) and its held-out checks run in fp32 while its loss keeps the bf16
-    matmuls. The samples then come from the policy as evaluation scores it: evaluation loads the weights in fp32 on a
-    CPU. A GPU keeps the wrapper (its bf16 matmuls are fast); so does a model no accelerate wrapper is on."""
+    fp32 step (``benchmarks/bench_decode_precision.py`` measures both), so GRPO's sampling (this loop, and TRL's own
+    generation, which the GRPO trainer runs in this context too) and its held-out checks run in fp32 while its loss
+    keeps the bf16 matmuls. The samples then come from the policy as evaluation scores it: evaluation loads the weights
+    in fp32 on a CPU. A GPU keeps the wrapper (its bf16 matmuls are fast); so does a model no accelerate wrapper is
+    on."""
     # accelerate keeps the unwrapped forward under ``_original_forward``; its public way back to it,
     # ``unwrap_model(keep_fp32_wrapper=False)``, drops the wrapper for good, and training needs it after the rollout.
     original, wrapped = model.__dict__.get("_original_forward"), model.__dict__.get("forward")

@@ -168,9 +168,14 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
     # --- sampling ---------------------------------------------------------------------------------------------------
     def _generate(self, prompts):
         """Extends ``GRPOTrainer._generate`` (checked against TRL 1.16): TRL's generation (its own, vLLM or a
-        ``rollout_func``), timed: ``generation_time`` per batch, the report's share of GRPO time spent generating."""
+        ``rollout_func``), timed: ``generation_time`` per batch, the report's share of GRPO time spent generating. On a
+        CPU TRL's own generation decodes in the weights' fp32 too, as the project's decode loop does
+        (:func:`agentic_rl.models.generate.weights_precision`)."""
+        from agentic_rl.models.generate import weights_precision
+
         started = time.perf_counter()
-        output = super()._generate(prompts)
+        with weights_precision(self.accelerator.unwrap_model(self.model)):
+            output = super()._generate(prompts)
         seconds = time.perf_counter() - started
         self.generation_seconds = getattr(self, "generation_seconds", 0.0) + seconds
         self._metrics["train" if self.model.training else "eval"]["generation_time"].append(seconds)
