@@ -4,7 +4,7 @@ With ``bf16`` set, TRL trains through accelerate's mixed precision, which wraps 
 bf16 autocast. GRPO samples its episodes and runs its held-out checks with that model, in training mode. Two variants
 of the decode loop (:func:`agentic_rl.models.generate.generate_token_ids`) on the same model, wrapped that way:
 
-* ``autocast``: every decoding step in the wrapper, as TRL's own generation runs;
+* ``autocast``: every decoding step in the wrapper (as GRPO decoded before);
 * ``weights`` (what ships: :func:`agentic_rl.models.generate.weights_precision`): the wrapper set aside while
   decoding, the steps in fp32, the precision evaluation loads the model in on a CPU.
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = load_model_and_tokenizer(config.models[0], dtype="float32", for_training=True)
     model = Accelerator(cpu=True, mixed_precision="bf16").prepare_model(model)
     model.train()  # as GRPO holds the policy while it samples
-    if "forward" not in vars(model):
+    if "_original_forward" not in vars(model):
         print("accelerate set no mixed-precision wrapper on this model: nothing to compare", file=sys.stderr)
         return 2
     settings = RolloutSettings(max_turn_tokens=config.max_turn_tokens, max_completion_length=config.max_new_tokens,

@@ -171,8 +171,10 @@ def test_decoding_sets_the_mixed_precision_wrapper_aside_only_while_it_decodes(t
     fp32 = generate.generate_token_ids(model, contexts, max_new_tokens=4, stop_ids=[], pad_id=0)
     assert decoding_outputs == {torch.float32}
     assert vars(model)["forward"] is wrapper
-    with torch.no_grad():
-        assert model(input_ids=torch.tensor([contexts[0]])).logits.dtype == torch.float32  # the wrapper's upcast
+    decoding_outputs.clear()
+    with torch.no_grad():  # a one-token step through the wrapper, back in place: bf16 again
+        model(input_ids=torch.tensor([[5]]))
+    assert decoding_outputs == {torch.bfloat16}
     decoding_outputs.clear()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(generate, "CPU_DECODES_IN_WEIGHTS_PRECISION", False)
