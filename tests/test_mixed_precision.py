@@ -137,18 +137,19 @@ def decoding_outputs():
     handle.remove()
 
 
-@pytest.mark.parametrize("bf16, backend, full", [(True, "compact", False), (True, "trl", True), (True, "trl", False),
-                                                (False, "compact", False)])
+@pytest.mark.parametrize("bf16, backend, full, algorithm", [
+    (True, "compact", False, "grpo"), (True, "trl", True, "grpo"), (True, "trl", False, "grpo"),
+    (True, "trl", True, "rloo"), (False, "compact", False, "grpo")])
 def test_grpo_trains_in_bf16_when_set_and_samples_in_fp32_on_a_cpu(tiny_model_dir, tmp_path, linear_outputs,
-                                                                    decoding_outputs, bf16, backend, full):
+                                                                    decoding_outputs, bf16, backend, full, algorithm):
     """The loss and the log-prob passes (the policy's and the reference's) run in the set precision; sampling (the
-    project's decode loop or TRL's own generation, of a full model or a LoRA one) and the held-out checks run the
-    weights' fp32 on a CPU (generate.weights_precision), and the wrapper is back after."""
+    project's decode loop or TRL's own generation, GRPO's or RLOO's, of a full model or a LoRA one) and the held-out
+    checks run the weights' fp32 on a CPU (generate.weights_precision), and the wrapper is back after."""
     from agentic_rl.train.grpo import run
 
     config = grpo_config(tiny_model_dir, tmp_path, max_steps=1, save_steps=10, gradient_accumulation_steps=4,
                          learning_rate=1e-5, generation_backend=backend, bf16=bf16, beta=0.04, heldout_every=1,
-                         eval_samples=4, full=full)
+                         eval_samples=4, full=full, algorithm=algorithm)
     run(config)
     expected = torch.bfloat16 if bf16 else torch.float32
     assert decoding_outputs == {torch.float32}

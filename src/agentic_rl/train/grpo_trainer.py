@@ -115,7 +115,19 @@ ZERO_ROW_SAFE_LOSSES = ("dapo", "cispo", "vespo")
 # GRPO: refill, SFT anchor, timed generation
 # ---------------------------------------------------------------------------------------------------------------
 
-class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrainer):
+class WeightsPrecisionGeneration:
+    """For a TRL trainer: on a CPU its own generation decodes in the weights' fp32, as the project's decode loop does
+    (:func:`agentic_rl.models.generate.weights_precision`). Without it a full model's generation ran through
+    accelerate's bf16 wrapper and a LoRA model's (PEFT's ``generate``) did not."""
+
+    def _generate(self, prompts):
+        from agentic_rl.models.generate import weights_precision
+
+        with weights_precision(self.accelerator.unwrap_model(self.model)):
+            return super()._generate(prompts)
+
+
+class SignalGRPOTrainer(WeightsPrecisionGeneration, FoldedContextScoring, LengthSortedScoring, trl.GRPOTrainer):
     """``GRPOTrainer`` with zero-variance group refill and an optional SFT anchor loss (:mod:`agentic_rl.train.signal`).
 
     ``refill_max_draws``: extra generation rounds per batch (0 = off). ``sft_demonstrations``: tokenized
@@ -168,14 +180,9 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
     # --- sampling ---------------------------------------------------------------------------------------------------
     def _generate(self, prompts):
         """Extends ``GRPOTrainer._generate`` (checked against TRL 1.16): TRL's generation (its own, vLLM or a
-        ``rollout_func``), timed: ``generation_time`` per batch, the report's share of GRPO time spent generating. On a
-        CPU TRL's own generation decodes in the weights' fp32 too, as the project's decode loop does
-        (:func:`agentic_rl.models.generate.weights_precision`)."""
-        from agentic_rl.models.generate import weights_precision
-
+        ``rollout_func``), timed: ``generation_time`` per batch, the report's share of GRPO time spent generating."""
         started = time.perf_counter()
-        with weights_precision(self.accelerator.unwrap_model(self.model)):
-            output = super()._generate(prompts)
+        output = super()._generate(prompts)
         seconds = time.perf_counter() - started
         self.generation_seconds = getattr(self, "generation_seconds", 0.0) + seconds
         self._metrics["train" if self.model.training else "eval"]["generation_time"].append(seconds)
@@ -344,9 +351,9 @@ class SignalGRPOTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrain
 # RLOO
 # ---------------------------------------------------------------------------------------------------------------
 
-class RLOOTrainer(LengthSortedScoring, trl.RLOOTrainer):
+class RLOOTrainer(WeightsPrecisionGeneration, LengthSortedScoring, trl.RLOOTrainer):
     """TRL's ``RLOOTrainer`` (its sampling, leave-one-out advantage and loss unchanged) with the length-sorted
-    log-prob passes (``logprob_chunk_rows``)."""
+    log-prob passes (``logprob_chunk_rows``), decoding in fp32 on a CPU (:class:`WeightsPrecisionGeneration`)."""
 
 
 class RLOOEpisodeTrainer(FoldedContextScoring, LengthSortedScoring, trl.GRPOTrainer):
