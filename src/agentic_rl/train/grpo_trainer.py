@@ -121,6 +121,8 @@ class WeightsPrecisionGeneration:
     accelerate's bf16 wrapper and a LoRA model's (PEFT's ``generate``) did not."""
 
     def _generate(self, prompts):
+        """Extends ``GRPOTrainer._generate`` / ``RLOOTrainer._generate`` (checked against TRL 1.16): their
+        generation, in :func:`agentic_rl.models.generate.weights_precision`."""
         from agentic_rl.models.generate import weights_precision
 
         with weights_precision(self.accelerator.unwrap_model(self.model)):
@@ -648,6 +650,7 @@ OVERRIDDEN_TRL_METHODS: dict[str, str] = {
         "compute_aux_loss=False, pixel_values=None, image_grid_thw=None, num_images=None, pixel_attention_mask=None, "
         "spatial_shapes=None, num_tiles=None, image_sizes=None, token_type_ids=None, mm_token_type_ids=None, "
         "image_position_ids=None)"),
+    "RLOOTrainer._generate": "(self, prompts)",
     "RLOOTrainer._get_per_token_logps_and_entropies": (
         "(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, "
         "compute_aux_loss=False, pixel_values=None, image_grid_thw=None, num_images=None, pixel_attention_mask=None, "
