@@ -274,6 +274,7 @@ _DYING_WORKER = textwrap.dedent("""
         (trial_dir / "adapter").mkdir()
         (trial_dir / "config.yaml").write_text("lr: 1\\n")
         if trial.number == 1:
+            time.sleep(2)  # past the first heartbeat: Optuna records it from a thread started beside the objective
             os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-trial, with weights on disk
         time.sleep(0.3)
         return params["lr"]
