@@ -274,7 +274,6 @@ _DYING_WORKER = textwrap.dedent("""
         (trial_dir / "adapter").mkdir()
         (trial_dir / "config.yaml").write_text("lr: 1\\n")
         if trial.number == 1:
-            time.sleep(2)  # past the first heartbeat: Optuna records it from a thread started beside the objective
             os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-trial, with weights on disk
         time.sleep(0.3)
         return params["lr"]
@@ -304,6 +303,24 @@ def test_a_killed_worker_s_trial_is_rerun_by_the_other_worker(tmp_path):
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
     outputs = [p.communicate(timeout=120)[0] for p in procs]
     assert sorted(p.returncode for p in procs) == [-9, 0], outputs  # one worker was killed, the other finished
+    _assert_killed_trial_was_rerun(tmp_path, n)
+
+
+def test_a_worker_killed_before_optunas_heartbeat_thread_ran_is_found_stale(tmp_path):
+    """Optuna's heartbeat thread starts beside the objective; a worker can die before it records anything. Here it
+    never runs (start and join do nothing): only the heartbeat the trial records when it starts makes it stale."""
+    script = _DYING_WORKER.replace("from agentic_rl.tune import", "from optuna.storages import _heartbeat\n"
+                                   "_heartbeat.HeartbeatThread.start = _heartbeat.HeartbeatThread.join = "
+                                   "lambda self: None\nfrom agentic_rl.tune import")
+    n = 4
+    cmd = [sys.executable, "-c", script, _url(tmp_path), str(n), str(tmp_path)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    try:
+        outputs = [p.communicate(timeout=60)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert sorted(p.returncode for p in procs) == [-9, 0], outputs
     _assert_killed_trial_was_rerun(tmp_path, n)
 
 

@@ -311,6 +311,10 @@ def optimize(config: TuneConfig, space: dict[str, BaseDistribution], objective: 
         if config.search != "grid":  # seeded by the trial number: reproducible, and no two workers share a stream
             study.sampler = make_sampler(config.search, space, seed + trial.number)
         ran.append(trial.number)
+        # Optuna records a trial's first heartbeat from a thread it starts beside this function: a worker that dies
+        # before that record leaves a RUNNING trial no worker ever finds stale, so the others would wait for it
+        # forever. Record it now, before any work (Optuna has no public trial id; its heartbeat code reads this one).
+        study._storage.record_heartbeat(trial._trial_id)
         if trials_dir is not None:
             trial.set_user_attr("trial_dir", str((trials_dir / str(trial.number)).resolve()))
         params = {name: suggest(trial, name, dist) for name, dist in space.items()}
