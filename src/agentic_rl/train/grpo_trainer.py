@@ -117,8 +117,8 @@ ZERO_ROW_SAFE_LOSSES = ("dapo", "cispo", "vespo")
 
 class WeightsPrecisionGeneration:
     """For a TRL trainer: on a CPU its own generation decodes in the weights' fp32, as the project's decode loop does
-    (:func:`agentic_rl.models.generate.weights_precision`). Without it a full model's generation ran through
-    accelerate's bf16 wrapper and a LoRA model's (PEFT's ``generate``) did not."""
+    (:func:`agentic_rl.models.generate.weights_precision`). Without it a full model's generation runs through
+    accelerate's bf16 wrapper and a LoRA model's (PEFT's ``generate``) does not."""
 
     def _generate(self, prompts):
         """Extends ``GRPOTrainer._generate`` / ``RLOOTrainer._generate`` (checked against TRL 1.16): their
