@@ -168,6 +168,34 @@ def test_the_cost_is_measured_on_the_second_step_of_this_run_and_printed_once(mo
     assert costs == [("8", "3.00", "0.4")]  # 8 steps left x 3 s = 24 s
 
 
+@pytest.mark.parametrize("steps_per_generation, num_iterations, accumulation, cycle",
+                         [(1, 2, 1, 2), (4, 1, 4, 1), (2, 3, 1, 6), (4, 2, 4, 2)])
+def test_grpo_s_cost_is_measured_over_the_steps_between_two_generations(monkeypatch, capsys, steps_per_generation,
+                                                                         num_iterations, accumulation, cycle):
+    import time
+    from types import SimpleNamespace
+
+    from agentic_rl.train.monitoring import StepCostCallback
+
+    # TRL's GRPO generates once every steps_per_generation x num_iterations micro-steps: the optimizer steps in
+    # between only reuse the batch, so one of them alone would promise a run far shorter than it is
+    args = SimpleNamespace(steps_per_generation=steps_per_generation, num_iterations=num_iterations,
+                           gradient_accumulation_steps=accumulation)
+    callback = StepCostCallback()
+    state = SimpleNamespace(global_step=0, max_steps=100, is_world_process_zero=True)
+    callback.on_train_begin(args, state, None)
+    ends = {1: 10.0}  # step 1 ends at 10 s; each later cycle: one 4 s generating step, then 0.5 s reusing ones
+    for step in range(2, 2 + cycle):
+        ends[step] = ends[step - 1] + (4.0 if step % cycle == 0 else 0.5)
+    monkeypatch.setattr(time, "perf_counter", lambda: ends[state.global_step])
+    for step in sorted(ends):
+        state.global_step = step
+        callback.on_step_end(args, state, None)
+    per_step = (4.0 + 0.5 * (cycle - 1)) / cycle
+    costs = COST.findall(capsys.readouterr().err)
+    assert costs == [(str(100 - 1 - cycle), f"{per_step:.2f}", f"{(100 - 1 - cycle) * per_step / 60:.1f}")]
+
+
 FAILING_REWARD = '''
 calls = []
 

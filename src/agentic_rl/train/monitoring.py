@@ -247,18 +247,26 @@ def cost_line(steps: int, seconds_per_step: float) -> str:
 
 
 class StepCostCallback(TrainerCallback):
-    """Prints once, after the second optimizer step of a run, what the rest of it will take: the steps left times
-    the seconds the second step took (the first holds the warm-up: compiling, the first batch's allocations, a
-    resumed run's checkpoint). Printed on any device: a long run is worth planning for on a GPU as well, and one
-    line is all it costs. Nothing is printed when no step is left."""
+    """Prints once, early in a run, what the rest of it will take: the steps left times the mean time of the steps
+    after the first (which holds the warm-up: compiling, the first batch's allocations, a resumed run's checkpoint).
+    The mean is over one cycle of steps: one step, or for GRPO reusing each generation batch (``num_iterations``,
+    ``steps_per_generation`` above the gradient accumulation) the optimizer steps between two generations, since only
+    one of them generates. Printed on any device: a long run is worth planning for on a GPU as well, and one line is
+    all it costs. Nothing is printed when no step is left."""
 
     def __init__(self) -> None:
         self.first_step: int | None = None
         self.first_step_done: float | None = None
         self.seconds_per_step: float | None = None
+        self.cycle = 1
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.first_step = state.global_step + 1  # a resumed run measures its own steps
+        # TRL's GRPO generates every steps_per_generation x num_iterations micro-steps; other trainers have neither
+        micro_steps = getattr(args, "steps_per_generation", None) or 1
+        micro_steps *= getattr(args, "num_iterations", None) or 1
+        accumulation = getattr(args, "gradient_accumulation_steps", None) or 1
+        self.cycle = max(1, -(-micro_steps // accumulation))
 
     def on_step_end(self, args, state, control, **kwargs):
         import time
@@ -267,8 +275,8 @@ class StepCostCallback(TrainerCallback):
             return
         if state.global_step == self.first_step:
             self.first_step_done = time.perf_counter()
-        elif state.global_step == self.first_step + 1 and self.first_step_done is not None:
-            self.seconds_per_step = time.perf_counter() - self.first_step_done
+        elif state.global_step == self.first_step + self.cycle and self.first_step_done is not None:
+            self.seconds_per_step = (time.perf_counter() - self.first_step_done) / self.cycle
             left = state.max_steps - state.global_step
             if left > 0 and state.is_world_process_zero:
                 log(cost_line(left, self.seconds_per_step))
