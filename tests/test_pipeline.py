@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -118,25 +119,70 @@ def test_the_longer_control_is_one_sft_schedule_from_sfts_start_for_sfts_steps_p
         run_pipeline(load_pipeline_config(preset_path("quickstart-smoke"), {**overrides, "control": "continue"}))
 
 
-@pytest.mark.parametrize("budget, expected", [
+@pytest.mark.parametrize("budget, control_seconds, expected", [
     ({"control": "continue", "grpo_wall_time_s": 60.0, "sft_seconds_per_step": 0.5, "extra_steps": 90, "steps": 90},
+     61.0,
      "The control continues SFT from GRPO's starting model for 90 steps, sized to GRPO's wall time (60 s; "),
-    ({"control": "continue", "grpo_wall_time_s": 60.0, "steps": 40},
+    ({"control": "continue", "grpo_wall_time_s": 60.0, "steps": 40}, 61.0,
      "The control continues SFT from GRPO's starting model for 40 steps (set by sft_continued.max_steps; GRPO took "
      "60 s, the control 61 s). Differences"),
     ({"control": "longer", "grpo_wall_time_s": 60.0, "sft_seconds_per_step": 0.5, "sft_steps": 200, "extra_steps": 90,
-      "steps": 290},
+      "steps": 290}, 195.0,  # 290 steps of about 0.67 s: SFT's 200, then 90 in GRPO's 60 s
      "The control is one SFT run from SFT's starting model for 290 steps in one schedule: SFT's 200 and 90 more, "
-     "sized to GRPO's wall time (60 s; the control took 61 s). Differences"),
-    ({"control": "longer", "grpo_wall_time_s": 60.0, "steps": 250},
+     "sized to GRPO's wall time (60 s; the control took 195 s). Differences"),
+    ({"control": "longer", "grpo_wall_time_s": 60.0, "steps": 250}, 61.0,
      "for 250 steps in one schedule (set by sft_continued.max_steps; GRPO took 60 s, the control 61 s)."),
 ])
-def test_the_report_says_which_control_ran_and_how_its_steps_were_set(budget, expected):
+def test_the_report_says_which_control_ran_and_how_its_steps_were_set(budget, control_seconds, expected):
     from agentic_rl.report import _control_section
 
     row = {"treatment": 0.5, "control": 0.4, "difference": 0.1, "ci95": [0.05, 0.15]}
-    summary = {"control": {"greedy": row}, "stages": {"sft_continued": {"budget": budget, "wall_time_s": 61.0}}}
+    summary = {"control": {"greedy": row},
+               "stages": {"sft_continued": {"budget": budget, "wall_time_s": control_seconds}}}
     assert expected in "\n".join(_control_section(summary))
+
+
+@pytest.mark.parametrize("control_seconds, flagged", [(40.0, True), (54.0, False), (61.0, False)])
+def test_a_control_that_got_less_of_grpos_time_than_it_was_sized_for_is_flagged(control_seconds, flagged):
+    from agentic_rl.report import _control_section, equal_budget_steps
+
+    # sized by the SFT stage's speed (0.5 s a step for GRPO's 60 s: 120 steps), the control ran at another speed
+    budget = {"control": "continue", "grpo_wall_time_s": 60.0, "sft_seconds_per_step": 0.5, "extra_steps": 120,
+              "steps": 120}
+    row = {"treatment": 0.5, "control": 0.4, "difference": 0.1, "ci95": [0.05, 0.15]}
+    summary = {"control": {"greedy": row},
+               "stages": {"sft_continued": {"budget": budget, "wall_time_s": control_seconds}}}
+    section = "\n".join(_control_section(summary))
+    assert equal_budget_steps(budget, control_seconds) == (180 if flagged else None)  # 120 steps x 60 s / 40 s
+    assert ("**The control got less compute than GRPO** (67% of its time: the machine ran at another speed during "
+            "SFT): for an equal budget set `sft_continued.max_steps: 180` (with a new `--name`, or `--fresh`)."
+            in section) is flagged
+    # steps the user set are left as set, however long they took
+    set_by_user = {"control": "continue", "grpo_wall_time_s": 60.0, "steps": 120}
+    assert equal_budget_steps(set_by_user, control_seconds) is None
+    # control: longer also trains SFT's 80 steps: 200 steps in 2 x control_seconds leave 120 of them GRPO's share
+    longer = {**budget, "control": "longer", "sft_steps": 80, "steps": 200}
+    assert equal_budget_steps(longer, 2 * control_seconds * 200 / 120 / 2) == (80 + 180 if flagged else None)
+
+
+def test_the_pipeline_warns_when_the_control_got_less_than_grpos_time(monkeypatch, tmp_path, capsys):
+    from agentic_rl import pipeline
+
+    monkeypatch.setattr(pipeline, "_section_over_defaults", lambda *args: {})
+    monkeypatch.setattr(pipeline, "_sft_final_row", lambda candidates: {"perf/train_runtime_s": 50.0, "step": 100})
+
+    def control_stage(config, name, root, values, summary):  # 120 steps sized at 0.5 s each, run in 40 s
+        summary["stages"][name] = {"wall_time_s": 40.0}
+        return None, {"model_dir": str(root / name / "model")}
+
+    monkeypatch.setattr(pipeline, "_run_training_stage", control_stage)
+    config = SimpleNamespace(control="continue", sft_continued={})
+    summary = {"stages": {}}
+    pipeline._run_control(config, tmp_path, "sft/model", 60.0, summary)
+    assert summary["stages"]["sft_continued"]["budget"]["steps"] == 120
+    assert ("the control took 40 s of GRPO's 60 s (the machine ran at another speed during SFT): it got less compute "
+            "than GRPO; for an equal budget set sft_continued.max_steps: 180 (with a new --name, or --fresh)"
+            ) in capsys.readouterr().err
 
 
 def test_the_longer_control_needs_the_sft_stage():
