@@ -1,0 +1,58 @@
+"""The detail-pretraining probe: its corpus holds detail sentences only when asked, keeps the evaluations' test
+questions out, leaves the package's corpus setting as it was, and its run writes a base a preset can start from."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "probe_detail_pretraining.py"
+DETAILS = ("helps for", "minutes to count them all", "years old", "has been doing this for", "The job is done in",
+           "friends about it")
+
+
+@pytest.fixture(scope="module")
+def probe():
+    spec = importlib.util.spec_from_file_location("probe_detail_pretraining", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def with_a_detail(lines: list[str]) -> int:
+    return sum(any(detail in line for detail in DETAILS) for line in lines)
+
+
+@pytest.mark.unit
+def test_the_corpus_holds_detail_sentences_only_when_asked_and_never_a_test_question(probe):
+    import agentic_rl.data.synthetic as synthetic
+    from agentic_rl.train.pretrain import BROAD_MIX, evaluation_questions
+
+    shipped = dict(synthetic.CORPUS_MULTIPLICATION)
+    with_details = probe.detail_corpus(2000, 11, 1.0, chat_format=None)
+    without = probe.detail_corpus(2000, 11, 0.0, chat_format=None)
+    assert synthetic.CORPUS_MULTIPLICATION == shipped  # set back for whatever builds a corpus next
+    assert with_a_detail(without) == 0
+    # every multiplication problem gets one: half the worked problems and half the calculator-call lines
+    problems = {kind: round(2000 * BROAD_MIX[kind]) // 2 for kind in ("answer", "call")}
+    assert with_a_detail(with_details) == problems["answer"] + problems["call"]
+    test_questions = evaluation_questions("synthetic:multiplication-distractor", 1000, 0)
+    assert not [q for q in test_questions if any(q in line for line in with_details)]
+
+
+@pytest.mark.stage
+def test_a_short_run_writes_a_base_that_loads_in_float16(probe, tmp_path, monkeypatch):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "cpt"
+    monkeypatch.setattr(sys, "argv", ["probe", "--out", str(out), "--steps", "1", "--lines", "400"])
+    probe.main()
+    model = AutoModelForCausalLM.from_pretrained(out / "base")
+    assert model.dtype == torch.float16 and (out / "base" / "tokenizer.json").is_file()
+    assert not (out / "base" / "README.md").exists()  # the shipped card's sha256 is not this model's
+    with pytest.raises(SystemExit):  # a second run never overwrites the first
+        probe.main()
