@@ -137,6 +137,16 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
+def benchmark_script(name: str):
+    """The module of the script ``benchmarks/<name>.py`` (the benchmarks are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def detail_sentences() -> list[re.Pattern]:
     """One pattern per detail sentence the synthetic generator can add (``distractors``), its number as group 1."""
     from agentic_rl.data.synthetic import DISTRACTORS, NAMES

@@ -3,27 +3,20 @@ questions out, leaves the package's corpus setting as it was, and its run writes
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "probe_detail_pretraining.py"
-DETAILS = ("helps for", "minutes to count them all", "years old", "has been doing this for", "The job is done in",
-           "friends about it")
+from conftest import benchmark_script, detail_sentences
 
 
 @pytest.fixture(scope="module")
 def probe():
-    spec = importlib.util.spec_from_file_location("probe_detail_pretraining", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("probe_detail_pretraining")
 
 
 def with_a_detail(lines: list[str]) -> int:
-    return sum(any(detail in line for detail in DETAILS) for line in lines)
+    patterns = detail_sentences()
+    return sum(any(pattern.search(line) for pattern in patterns) for line in lines)
 
 
 @pytest.mark.unit

@@ -3,22 +3,15 @@ verifier accuracy of the same samples does not? Plain curves, no model."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from conftest import benchmark_script
 
 pytestmark = pytest.mark.unit
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "rlaif_ladder.py"
 
 
 @pytest.fixture(scope="module")
 def ladder():
-    spec = importlib.util.spec_from_file_location("rlaif_ladder", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("rlaif_ladder")
 
 
 def curve(rm: list[float], accuracy: list[float]) -> dict[str, list[float]]:
