@@ -22,22 +22,26 @@ import shutil
 from pathlib import Path
 
 
+def evaluation_exclusions() -> list[str]:
+    """The test questions the stages evaluate on: the single-turn task's, its multiplication variant's (the recipe
+    keeps both out) and ``synthetic:multiplication-distractor``'s."""
+    from agentic_rl.data.synthetic import CORPUS_MULTIPLICATION, synthetic_splits
+    from agentic_rl.train.pretrain import evaluation_questions
+
+    questions = evaluation_questions("synthetic", 1000, 0)
+    questions += [row["question"] for row in synthetic_splits(0, 1000, 0, **CORPUS_MULTIPLICATION)[1]]
+    return questions + evaluation_questions("synthetic:multiplication-distractor", 1000, 0)
+
+
 def detail_corpus(n_lines: int, seed: int, detail_share: float, chat_format) -> list[str]:
     """The broad corpus of ``n_lines`` lines with ``detail_share`` of its multiplication problems given a detail
     sentence, the evaluations' test questions excluded."""
-    import agentic_rl.data.synthetic as synthetic
-    from agentic_rl.train import pretrain
+    from agentic_rl.data.synthetic import CORPUS_MULTIPLICATION
+    from agentic_rl.train.pretrain import broad_corpus
 
-    exclude = pretrain.evaluation_questions("synthetic", 1000, 0)
-    exclude += [row["question"] for row in synthetic.synthetic_splits(0, 1000, 0, **synthetic.CORPUS_MULTIPLICATION)[1]]
-    exclude += pretrain.evaluation_questions("synthetic:multiplication-distractor", 1000, 0)
-    shipped = synthetic.CORPUS_MULTIPLICATION
-    # the corpus builders read this module-level setting when they draw their multiplication problems
-    synthetic.CORPUS_MULTIPLICATION = {**shipped, **({"distractors": detail_share} if detail_share else {})}
-    try:
-        return pretrain.broad_corpus(n_lines, seed, exclude=exclude, chat_format=chat_format)
-    finally:
-        synthetic.CORPUS_MULTIPLICATION = shipped
+    knobs = {**CORPUS_MULTIPLICATION, **({"distractors": detail_share} if detail_share else {})}
+    return broad_corpus(n_lines, seed, exclude=evaluation_exclusions(), chat_format=chat_format,
+                        multiplication_knobs=knobs)
 
 
 def main() -> None:

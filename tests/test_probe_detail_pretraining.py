@@ -1,5 +1,5 @@
-"""The detail-pretraining probe: its corpus holds detail sentences only when asked, keeps the evaluations' test
-questions out, leaves the package's corpus setting as it was, and its run writes a base a preset can start from."""
+"""The detail-pretraining probe: its corpus holds detail sentences only when asked (else it is the recipe's), keeps the
+evaluations' test questions out, and its run writes a base a preset can start from."""
 
 from __future__ import annotations
 
@@ -21,14 +21,12 @@ def with_a_detail(lines: list[str]) -> int:
 
 @pytest.mark.unit
 def test_the_corpus_holds_detail_sentences_only_when_asked_and_never_a_test_question(probe):
-    import agentic_rl.data.synthetic as synthetic
-    from agentic_rl.train.pretrain import BROAD_MIX, evaluation_questions
+    from agentic_rl.train.pretrain import BROAD_MIX, broad_corpus, evaluation_questions
 
-    shipped = dict(synthetic.CORPUS_MULTIPLICATION)
     with_details = probe.detail_corpus(2000, 11, 1.0, chat_format=None)
     without = probe.detail_corpus(2000, 11, 0.0, chat_format=None)
-    assert synthetic.CORPUS_MULTIPLICATION == shipped  # set back for whatever builds a corpus next
     assert with_a_detail(without) == 0
+    assert without == broad_corpus(2000, 11, exclude=probe.evaluation_exclusions())  # the recipe's corpus
     # every multiplication problem gets one: half the worked problems and half the calculator-call lines
     problems = {kind: round(2000 * BROAD_MIX[kind]) // 2 for kind in ("answer", "call")}
     assert with_a_detail(with_details) == problems["answer"] + problems["call"]

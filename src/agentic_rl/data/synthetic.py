@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterable
+from typing import Any
 from dataclasses import dataclass
 
 from agentic_rl.data.formats import CALC_STEP, SYSTEM_PROMPT
@@ -506,7 +507,8 @@ COPY_LAYOUTS = ("plain", "call", "answer")
 
 
 def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
-                exclude: Iterable[str] = (), layout: str = "plain") -> list[str]:
+                exclude: Iterable[str] = (), layout: str = "plain",
+                multiplication_knobs: dict[str, Any] | None = None) -> list[str]:
     """Plain-text pretraining lines that can only be predicted by copying numbers seen earlier in the line.
 
     * problems (``problem_fraction``): a word-problem question (the multiplication and the arithmetic task, half each;
@@ -522,8 +524,9 @@ def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
     (``... in total? {"expression": "39*83"} 3237 {"expression": "3237-5"} 3232``), so that the number is copied
     after the same tokens as in a tool call: a base that copies after a space can still miss the first digit after
     the quote. ``layout="answer"`` writes them as the worked answer's lines (``... in total?\n39 * 83 = 3237\n3237 - 5 =
-    3232``), the text the single-turn task's demonstrations and answers use. Deterministic by seed; exactly ``n_lines``
-    strings, single-line except in the ``answer`` layout.
+    3232``), the text the single-turn task's demonstrations and answers use. The multiplication problems are drawn
+    with ``multiplication_knobs`` (:func:`generate_synthetic`'s settings; default :data:`CORPUS_MULTIPLICATION`).
+    Deterministic by seed; exactly ``n_lines`` strings, single-line except in the ``answer`` layout.
     """
     if not 0 <= problem_fraction <= 1:
         raise ConfigError("problem_fraction must be between 0 and 1")
@@ -532,7 +535,8 @@ def copy_corpus(n_lines: int, seed: int = 0, *, problem_fraction: float = 2 / 3,
     rng = random.Random(f"agentic-rl-copy:{seed}")
     n_problems = int(round(n_lines * problem_fraction))
     n_mult = n_problems // 2
-    rows = generate_synthetic(n_mult, seed=seed + 5_555_555, **CORPUS_MULTIPLICATION, exclude=exclude)
+    rows = generate_synthetic(n_mult, seed=seed + 5_555_555, **(multiplication_knobs or CORPUS_MULTIPLICATION),
+                              exclude=exclude)
     rows += generate_synthetic(n_problems - n_mult, seed=seed + 6_666_666, exclude=exclude)
     lines = []
     for row in rows:

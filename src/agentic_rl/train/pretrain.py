@@ -167,9 +167,11 @@ def build_corpus(config: PretrainConfig, chat_format=None) -> list[str]:
     return lines
 
 
-def broad_corpus(n_lines: int, seed: int, *, exclude: list[str], chat_format=None) -> list[str]:
+def broad_corpus(n_lines: int, seed: int, *, exclude: list[str], chat_format=None,
+                 multiplication_knobs: dict[str, Any] | None = None) -> list[str]:
     """The ``broad`` corpus: :data:`BROAD_MIX` of ``n_lines`` lines, shuffled (deterministic by seed); the episodes
-    only with a ``chat_format``."""
+    only with a ``chat_format``. ``multiplication_knobs`` draws its multiplication problems (default
+    ``CORPUS_MULTIPLICATION``; with ``distractors``, some carry a detail sentence)."""
     from agentic_rl.data.synthetic import arithmetic_corpus, copy_corpus
     from agentic_rl.data.world import world_corpus
 
@@ -177,22 +179,27 @@ def broad_corpus(n_lines: int, seed: int, *, exclude: list[str], chat_format=Non
     counts["arithmetic"] += n_lines - sum(counts.values())
     lines = arithmetic_corpus(counts["arithmetic"], seed, exclude=exclude)
     # different seeds, so that the answer and the call layout write different problems
-    lines += copy_corpus(counts["answer"], seed, problem_fraction=1, exclude=exclude, layout="answer")
-    lines += copy_corpus(counts["call"], seed + 1, problem_fraction=1, exclude=exclude, layout="call")
+    lines += copy_corpus(counts["answer"], seed, problem_fraction=1, exclude=exclude, layout="answer",
+                         multiplication_knobs=multiplication_knobs)
+    lines += copy_corpus(counts["call"], seed + 1, problem_fraction=1, exclude=exclude, layout="call",
+                         multiplication_knobs=multiplication_knobs)
     lines += copy_corpus(counts["lists"], seed + 2, problem_fraction=0)
     lines += world_corpus(counts["world"], seed)
     if chat_format is not None:
-        lines += episode_corpus(counts["episode"], seed + 3, exclude=exclude, chat_format=chat_format)
+        lines += episode_corpus(counts["episode"], seed + 3, exclude=exclude, chat_format=chat_format,
+                                multiplication_knobs=multiplication_knobs)
     random.Random(seed).shuffle(lines)
     return lines
 
 
-def episode_corpus(n_lines: int, seed: int, *, exclude: list[str], chat_format) -> list[str]:
+def episode_corpus(n_lines: int, seed: int, *, exclude: list[str], chat_format,
+                   multiplication_knobs: dict[str, Any] | None = None) -> list[str]:
     """Whole episodes as a rollout's context holds them (:func:`agentic_rl.agent.rollout.episode_text`): the
     environment's system prompt, the question, each tool call and its result, the answer. Calculator episodes on word
-    problems (the multiplication task and the arithmetic task, half each; the answer turn is the steps then the
-    answer, or the answer alone, half each) and search episodes on the corpus's own fictional worlds
-    (:data:`EPISODE_SEARCH_SHARE`; one search per entity of the question's chain, the passage found, the answer).
+    problems (the multiplication task, drawn with ``multiplication_knobs``, and the arithmetic task, half each; the
+    answer turn is the steps then the answer, or the answer alone, half each) and search episodes on the corpus's
+    own fictional worlds (:data:`EPISODE_SEARCH_SHARE`; one search per entity of the question's chain, the passage
+    found, the answer).
 
     A base that has read the question, the calls and the results only in the compact ``call`` layout does not carry
     what it reads there (the operation a verb asks for, the entity a question names) into the chat layout, where
@@ -209,7 +216,8 @@ def episode_corpus(n_lines: int, seed: int, *, exclude: list[str], chat_format) 
     rng = random.Random(f"agentic-rl-episodes:{seed}")
     n_search = int(round(n_lines * EPISODE_SEARCH_SHARE))
     n_calculator = n_lines - n_search
-    rows = generate_synthetic(n_calculator // 2, seed=seed + 7_777_777, **CORPUS_MULTIPLICATION, exclude=exclude)
+    rows = generate_synthetic(n_calculator // 2, seed=seed + 7_777_777,
+                              **(multiplication_knobs or CORPUS_MULTIPLICATION), exclude=exclude)
     rows += generate_synthetic(n_calculator - n_calculator // 2, seed=seed + 8_888_888, exclude=exclude)
     lines = []
     for row in rows:
