@@ -31,8 +31,8 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterable
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from agentic_rl.data.formats import CALC_STEP, SYSTEM_PROMPT
 from agentic_rl.data.gsm8k import parse_gsm8k_answer
