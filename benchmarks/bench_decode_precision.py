@@ -4,7 +4,7 @@ With ``bf16`` set, TRL trains through accelerate's mixed precision, which wraps 
 bf16 autocast. GRPO samples its episodes and runs its held-out checks with that model, in training mode. Two variants
 of the decode loop (:func:`agentic_rl.models.generate.generate_token_ids`) on the same model, wrapped that way:
 
-* ``autocast``: every decoding step in the wrapper (as GRPO decoded before);
+* ``autocast``: every decoding step in the wrapper, in bf16 (what the setting alone gives);
 * ``weights`` (what ships: :func:`agentic_rl.models.generate.weights_precision`): the wrapper set aside while
   decoding, the steps in fp32, the precision evaluation loads the model in on a CPU.
 
