@@ -157,3 +157,73 @@ def test_tool_call_tokens_setting_reaches_the_tokenizer_corpus(tmp_path, monkeyp
                                tool_call_tokens=flag, report_to="none"))
     assert seen == [[], tool_call_scaffold(500, 1)]  # 500: the extra corpus's floor; seed: the run's seed + 1
     assert PretrainConfig().tool_call_tokens is False
+
+
+def test_distractors_give_the_broad_corpus_detail_sentences_and_keep_their_test_questions_out(monkeypatch):
+    from conftest import detail_sentences
+
+    from agentic_rl.data.synthetic import CORPUS_MULTIPLICATION
+    from agentic_rl.train import pretrain
+    from agentic_rl.train.pretrain import BROAD_MIX, evaluation_questions
+
+    def with_a_detail(lines: list[str]) -> int:
+        return sum(any(pattern.search(line) for pattern in detail_sentences()) for line in lines)
+
+    def broad(share: float) -> PretrainConfig:
+        return PretrainConfig(corpus="broad", corpus_lines=2000, exclude_test=300, distractors=share)
+
+    without, with_details = build_corpus(broad(0.0)), build_corpus(broad(1.0))
+    assert with_a_detail(without) == 0
+    # every multiplication problem gets one: half the worked problems and half the calculator-call lines
+    problems = {kind: round(2000 * BROAD_MIX[kind]) // 2 for kind in ("answer", "call")}
+    assert with_a_detail(with_details) == problems["answer"] + problems["call"]
+    assert 0.3 < with_a_detail(build_corpus(broad(0.5))) / with_a_detail(with_details) < 0.7
+    # what is kept out: the single-turn task's and the multiplication tasks' test questions, with and without details
+    seen = {}
+    original = pretrain.broad_corpus
+
+    def recording(n_lines, seed, *, exclude, chat_format=None, multiplication_knobs=None):
+        seen.update(exclude=set(exclude), knobs=multiplication_knobs)
+        return original(n_lines, seed, exclude=exclude, chat_format=chat_format,
+                        multiplication_knobs=multiplication_knobs)
+
+    monkeypatch.setattr(pretrain, "broad_corpus", recording)
+    build_corpus(broad(0.5))
+    assert seen["knobs"] == {**CORPUS_MULTIPLICATION, "distractors": 0.5}
+    for source in ("synthetic", "synthetic:multiplication", "synthetic:multiplication-distractor"):
+        assert set(evaluation_questions(source, 300, 0)) <= seen["exclude"], source
+    test_questions = evaluation_questions("synthetic:multiplication-distractor", 300, 0)
+    assert not [q for q in test_questions if any(q in line for line in with_details)]
+
+
+def test_distractors_and_init_from_are_checked_before_anything_runs(tmp_path):
+    from agentic_rl.errors import ModelLoadError
+
+    with pytest.raises(ConfigError, match="^distractors applies to corpus 'broad' only"):
+        PretrainConfig(distractors=0.5)
+    with pytest.raises(ConfigError, match="distractors"):
+        PretrainConfig(corpus="broad", distractors=1.5)
+    with pytest.raises(ConfigError, match="^num_layers shapes a new model; with init_from the model and its "
+                                          "tokenizer are embedded's: drop num_layers or init_from"):
+        PretrainConfig(init_from="embedded", num_layers=2)
+    with pytest.raises(ModelLoadError, match=str(tmp_path / "missing")):
+        PretrainConfig(init_from=str(tmp_path / "missing"))
+    assert PretrainConfig(init_from="embedded").init_from == "embedded"  # as given: the run records the user's name
+
+
+@pytest.mark.stage
+def test_init_from_continues_pretraining_the_saved_model_with_its_tokenizer(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = PretrainConfig(output_dir=str(tmp_path / "run"), init_from=str(tiny_model_dir), corpus_lines=300,
+                            exclude_test=10, seq_length=32, max_steps=2, batch_size=4, learning_rate=1e-3,
+                            report_to="none", bf16=False)
+    result = run(config)
+    before = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    after = AutoModelForCausalLM.from_pretrained(result["model_dir"])
+    assert after.config.num_hidden_layers == before.config.num_hidden_layers == 2
+    assert AutoTokenizer.from_pretrained(result["model_dir"]).get_vocab() == \
+        AutoTokenizer.from_pretrained(tiny_model_dir).get_vocab()
+    # two AdamW steps move each weight by at most about twice the learning rate: trained further, not started anew
+    changes = [(a - b).abs().max().item() for a, b in zip(after.state_dict().values(), before.state_dict().values())]
+    assert 0 < max(changes) <= 2.2e-3, changes

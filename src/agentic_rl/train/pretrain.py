@@ -16,7 +16,10 @@ Algorithm:
    ``tool_call_tokens`` the agent's tool-call text), one token per digit, Qwen3-shaped chat template
    (``models/tiny.py``).
 3. Model: a random-init ``Qwen3ForCausalLM`` from a small ``Qwen3Config`` preset (``tiny``: hidden 256, 4 layers,
-   ~3.4M parameters with a 1024-token vocabulary), fp32.
+   ~3.4M parameters with a 1024-token vocabulary), fp32. ``init_from`` continues a saved model instead (its
+   tokenizer and weights, in fp32; no tokenizer is trained), as a pretraining run's later phase on a changed mix:
+   the shipped base's second phase reads the ``broad`` corpus with ``distractors``, a share of its multiplication
+   problems given a sentence whose number the answer does not use.
 4. Causal-LM training with ``transformers.Trainer`` on the corpus joined by newlines and cut into ``seq_length``
    blocks (every token is a target), AdamW, linear warm-up then cosine decay; matmuls in bf16 (``bf16``) where the
    hardware computes it natively, weights in fp32.
@@ -79,6 +82,14 @@ class PretrainConfig:
                                         "after the same tokens as in a tool call) or 'answer' (lines '39 * 83 = 3237' "
                                         "after the question, as the single-turn task's answers)",
                                         choices=list(COPY_LAYOUTS))
+    distractors: float = setting(0.0, "with corpus 'broad': share of its multiplication problems given one sentence "
+                                      "with a number the answer does not use (\"Leo is 34 years old.\"), as in "
+                                      "synthetic:multiplication-distractor, whose test questions are then kept out "
+                                      "too")
+    init_from: str | None = setting(None, "continue pretraining this model (a folder, a hub id, or 'embedded' for the "
+                                          "shipped base) on a fresh corpus instead of a new one: its tokenizer and "
+                                          "architecture are kept, so model_preset, hidden_size, num_layers, "
+                                          "vocab_size and tool_call_tokens stay unset")
     exclude_test: int = setting(1000, "keep the first N held-out synthetic test questions (synthetic_seed) out of the "
                                       "corpus")
     synthetic_seed: int = setting(0, "seed of the synthetic task whose test questions are excluded (same for all "
@@ -136,6 +147,19 @@ class PretrainConfig:
             raise ConfigError(f"{ignored[0]} applies to corpus 'arithmetic+copy' only: set corpus (--corpus "
                               f"arithmetic+copy) or drop {ignored[0]}")
         check_range(self, "weight_decay", 0)
+        check_range(self, "distractors", 0, 1)
+        if self.distractors and self.corpus != "broad":
+            raise ConfigError("distractors applies to corpus 'broad' only: set corpus (--corpus broad) or drop "
+                              "distractors")
+        if self.init_from is not None:
+            new_model_settings = ("model_preset", "hidden_size", "num_layers", "vocab_size", "tool_call_tokens")
+            changed = changed_from_default(self, new_model_settings)
+            if changed:
+                raise ConfigError(f"{changed[0]} shapes a new model; with init_from the model and its tokenizer are "
+                                  f"{self.init_from}'s: drop {changed[0]} or init_from")
+            from agentic_rl.models.loading import resolve_model_path
+
+            resolve_model_path(self.init_from)  # a one-line error now, not after the corpus is built
         check_range(self, ("seed", "synthetic_seed"), *SEED_RANGE)
 
 
@@ -159,7 +183,14 @@ def build_corpus(config: PretrainConfig, chat_format=None) -> list[str]:
                                                                            config.synthetic_seed,
                                                                            **CORPUS_MULTIPLICATION)[1]]
     if config.corpus == "broad":
-        return broad_corpus(config.corpus_lines, config.seed, exclude=test_questions, chat_format=chat_format)
+        knobs = None
+        if config.distractors:
+            knobs = {**CORPUS_MULTIPLICATION, "distractors": config.distractors}
+            if config.exclude_test:
+                test_questions += evaluation_questions("synthetic:multiplication-distractor", config.exclude_test,
+                                                       config.synthetic_seed)
+        return broad_corpus(config.corpus_lines, config.seed, exclude=test_questions, chat_format=chat_format,
+                            multiplication_knobs=knobs)
     lines = arithmetic_corpus(config.corpus_lines - copy_lines, config.seed, exclude=test_questions)
     if copy_lines:
         lines += copy_corpus(copy_lines, config.seed, exclude=test_questions, layout=config.copy_layout)
@@ -295,7 +326,14 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     lines = build_corpus(config)
     tok_dir = out / "tokenizer"
     resumed_tokenizer = resume_from is not None and (tok_dir / "tokenizer.json").is_file()
-    if resumed_tokenizer:
+    initial_model = None
+    if config.init_from is not None:
+        from agentic_rl.models.loading import load_model_and_tokenizer, resolve_model_path
+
+        # fp32 weights, as a new model's; the Trainer's bf16 setting decides the matmuls
+        initial_model, tokenizer = load_model_and_tokenizer(resolve_model_path(config.init_from), dtype="float32",
+                                                            device="cpu")
+    elif resumed_tokenizer:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
@@ -324,14 +362,17 @@ def run(config: PretrainConfig) -> dict[str, Any]:
         f"({n_eval} held out); vocabulary {len(tokenizer)}")
 
     # --- model ----------------------------------------------------------------------------------------------------
-    overrides = {}
-    if config.hidden_size:
-        overrides["hidden_size"] = config.hidden_size
-        overrides["intermediate_size"] = 3 * config.hidden_size
-    if config.num_layers:
-        overrides["num_hidden_layers"] = config.num_layers
-    model = build_tiny_model(tokenizer, config.model_preset, max_position_embeddings=max(1024, config.seq_length),
-                             seed=config.seed, **overrides)
+    if initial_model is not None:
+        model = initial_model
+    else:
+        overrides = {}
+        if config.hidden_size:
+            overrides["hidden_size"] = config.hidden_size
+            overrides["intermediate_size"] = 3 * config.hidden_size
+        if config.num_layers:
+            overrides["num_hidden_layers"] = config.num_layers
+        model = build_tiny_model(tokenizer, config.model_preset, max_position_embeddings=max(1024, config.seq_length),
+                                 seed=config.seed, **overrides)
     _, n_params = count_parameters(model)
 
     # --- only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded
