@@ -137,11 +137,12 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
-def benchmark_script(name: str):
-    """The module of the script ``benchmarks/<name>.py`` (the benchmarks are scripts, not a package)."""
+def script_module(path: str):
+    """The module of a script of the repository, ``path`` from its root (``benchmarks/`` and ``scripts/`` hold scripts,
+    not packages)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(Path(path).stem, REPO_ROOT / path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -32,15 +33,19 @@ def test_the_shipped_folder_is_small_enough_to_ship():
 
 
 def test_the_card_records_the_recipe_it_was_built_with():
-    """The card's recipe is the rebuild command's configuration file, key by key, plus the corpus mix."""
+    """The card's recipe is the rebuild command's two configuration files, key by key and in order, plus the corpus
+    mix."""
     import yaml
 
     from agentic_rl.train.pretrain import BROAD_MIX
     from tests.conftest import REPO_ROOT
 
-    recipe = yaml.safe_load((REPO_ROOT / "configs" / "embedded-base.yaml").read_text(encoding="utf-8"))
-    assert read_card()["recipe"] == {**recipe, "corpus_mix": BROAD_MIX}
-    assert list(read_card()["probes"]) == list(PROBES)
+    files = ["configs/embedded-base.yaml", "configs/embedded-base-distractors.yaml"]
+    recipe = [{"file": name, **yaml.safe_load((REPO_ROOT / name).read_text(encoding="utf-8"))} for name in files]
+    card = read_card()
+    assert card["recipe"] == recipe
+    assert card["corpus_mix"] == BROAD_MIX
+    assert list(card["probes"]) == list(PROBES)
 
 
 @pytest.mark.stage
@@ -55,6 +60,7 @@ def test_the_shipped_base_scores_its_cards_probes():
     card = read_card()["probes"]
     assert scores == pytest.approx(card, abs=0.011)
     assert min(scores[name] for name in ("copy_lists", "call", "operation", "lookup", "tool_call", "tool_operation",
+                                         "tool_detail",
                                          "tool_lookup", "tool_hop")) >= 0.8
 
 
@@ -169,3 +175,84 @@ def test_the_tool_scaffold_makes_every_tools_call_a_few_tokens():
         tokenizer = train_tokenizer(default_tokenizer_corpus(2000, seed=1, scaffold=scaffold), vocab_size=1024)
         lengths[every_tool] = len(tokenizer(call, add_special_tokens=False)["input_ids"])
     assert lengths[True] <= lengths[False] - 5
+
+
+def test_the_detail_probe_wants_the_second_step_where_there_is_one_and_no_call_where_there_is_not(monkeypatch):
+    """Scored on continuations given in place of a model's: the next step's call, an answer, or a call on the detail's
+    number."""
+    from agentic_rl.data.custom import load_task_dataset
+    from agentic_rl.data.formats import CALC_STEP
+    from agentic_rl.train import probes
+
+    rows = load_task_dataset("synthetic:multiplication-distractor", "test", synthetic_test_size=200).to_list()
+    steps = [[e.replace(" ", "") for e, _ in CALC_STEP.findall(row["answer"])] for row in rows]
+    prefix = probes._call_prefix("calculator", "expression")
+    one_step = sum(len(s) == 1 for s in steps) / len(rows)
+    assert 0.2 < one_step < 0.8  # both kinds are asked
+
+    def scored(continuations):
+        monkeypatch.setattr(probes, "_continue", lambda model, tokenizer, texts, *a, **k: continuations[:len(texts)])
+        return probes.probe_tool_detail(None, tokenizer)
+
+    from agentic_rl.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer("embedded")
+    right = [prefix + s[1] + '"}}' if len(s) > 1 else "Final Answer: 12" for s in steps]
+    assert scored(right) == 1.0
+    assert scored(["Final Answer: 12"] * len(rows)) == pytest.approx(one_step)  # a second step left out
+    detail = [prefix + "1482+23\"}}"] * len(rows)  # a call on a number no step uses
+    assert scored(detail) == 0.0
+
+
+@pytest.fixture
+def build(monkeypatch, tmp_path):
+    """The rebuild script with its pretraining runs and its float16 copies recorded instead of done, and the shipped
+    folder moved into the test's folder."""
+    from conftest import script_module
+
+    module = script_module("scripts/build_embedded_base.py")
+    module.calls = []
+
+    def pretrain(config):
+        module.calls.append(("pretrain", config.output_dir, config.init_from, config.max_steps))
+
+    def ship(model_dir, dest, *, recipe, command, first_phase_sha256=None):
+        module.calls.append(("ship", str(model_dir), str(dest), [phase["file"] for phase in recipe]))
+        Path(dest).mkdir(parents=True, exist_ok=True)
+        (Path(dest) / WEIGHTS_FILE).write_bytes(b"weights")
+        return {"sha256": "0" * 64, "probes": {}}
+
+    monkeypatch.setattr(module, "run_pretrain", pretrain)
+    monkeypatch.setattr(module, "ship", ship)
+    monkeypatch.setattr(module, "EMBEDDED_DIR", tmp_path / "shipped-here")
+    return module
+
+
+def test_the_rebuild_runs_two_phases_the_second_from_the_first_as_shipped_in_float16(build, tmp_path):
+    import yaml
+
+    from tests.conftest import REPO_ROOT
+
+    steps = [yaml.safe_load((REPO_ROOT / "configs" / name).read_text(encoding="utf-8"))["max_steps"]
+             for name in ("embedded-base.yaml", "embedded-base-distractors.yaml")]
+    root = tmp_path / "build"
+    assert build.main(["--output-dir", str(root)]) == 0
+    files = ["configs/embedded-base.yaml", "configs/embedded-base-distractors.yaml"]
+    assert build.calls == [
+        ("pretrain", str(root / "phase1"), None, steps[0]),
+        ("ship", str(root / "phase1" / "model"), str(root / "phase1-float16"), files[:1]),
+        ("pretrain", str(root / "phase2"), str(root / "phase1-float16"), steps[1]),
+        ("ship", str(root / "phase2" / "model"), str(tmp_path / "shipped-here"), files),
+    ]
+
+
+def test_the_second_phase_alone_starts_from_a_given_first_phase_and_a_missing_one_stops_it(build, tmp_path):
+    first = tmp_path / "first"
+    assert build.main(["--output-dir", str(tmp_path / "b"), "--first-phase", str(first)]) == 1
+    assert build.calls == []  # nothing ran
+    first.mkdir()
+    (first / WEIGHTS_FILE).write_bytes(b"weights")
+    assert build.main(["--output-dir", str(tmp_path / "b"), "--first-phase", str(first)]) == 0
+    assert [call[:3] for call in build.calls] == [("pretrain", str(tmp_path / "b" / "phase2"), str(first)),
+                                                  ("ship", str(tmp_path / "b" / "phase2" / "model"),
+                                                   str(tmp_path / "shipped-here"))]

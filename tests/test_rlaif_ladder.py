@@ -4,14 +4,14 @@ verifier accuracy of the same samples does not? Plain curves, no model."""
 from __future__ import annotations
 
 import pytest
-from conftest import benchmark_script
+from conftest import script_module
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture(scope="module")
 def ladder():
-    return benchmark_script("rlaif_ladder")
+    return script_module("benchmarks/rlaif_ladder.py")
 
 
 def curve(rm: list[float], accuracy: list[float]) -> dict[str, list[float]]:

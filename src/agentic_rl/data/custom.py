@@ -164,8 +164,8 @@ def _memory_source(split: str, seed: int, *, train_size: int = 2000, test_size: 
 DATASETS: dict[str, Callable[..., Any]] = {
     "synthetic": _synthetic_source,
     "synthetic:multiplication": partial(_synthetic_source, kind="multiplication", max_steps=2),
-    # Every problem holds a detail sentence, a kind of line the embedded base's corpus never writes, so no test
-    # question of this task can be one the base has read.
+    # Every problem holds a detail sentence, a number the answer does not use; the embedded base's corpus writes such
+    # problems too (its second phase) and leaves this task's test questions out.
     "synthetic:multiplication-distractor": partial(_synthetic_source, kind="multiplication", max_steps=2,
                                                    distractors=1.0),
     "synthetic:world": _world_source,

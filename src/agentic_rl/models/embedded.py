@@ -10,7 +10,8 @@ stages' precision) and ``README.md``, the model card: its YAML header records th
 the probe scores (:mod:`agentic_rl.train.probes`) and the weights' sha256, which a test checks against the file.
 
 Rebuild: ``make embedded-base`` (``scripts/build_embedded_base.py``: the pretrain stage with
-``configs/embedded-base.yaml``, then the float16 copy and its card).
+``configs/embedded-base.yaml``, then again from its float16 copy with ``configs/embedded-base-distractors.yaml``,
+then the float16 copy and its card).
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ question, the calls and results so far, :func:`agentic_rl.agent.rollout.episode_
 
 * ``tool_call``: the first calculator call's two factors;
 * ``tool_operation``: the second calculator call's sign, after the first call and its result;
+* ``tool_detail``: on questions with a detail sentence (a number the answer does not use), after the first call and
+  its result, the next step: the second call's expression where there is a second step, no call where there is not;
 * ``tool_lookup``: the first search's name;
 * ``tool_hop``: on questions of two hops or more, the second search's name, read from the first passage found.
 
@@ -38,7 +40,7 @@ from typing import Any
 
 #: The probes, in the order a card lists them.
 PROBES = ("arithmetic", "copy_lists", "first_step", "call", "operation", "lookup", "tool_call", "tool_operation",
-          "tool_lookup", "tool_hop")
+          "tool_detail", "tool_lookup", "tool_hop")
 
 
 def _continue(model, tokenizer, texts: list[str], max_new_tokens: int, batch_size: int = 100, *,
@@ -216,6 +218,28 @@ def probe_tool_operation(model, tokenizer, n: int = 200) -> float:
     return _sign_share(model, tokenizer, texts, [sign for *_, sign in problems], start="")
 
 
+def probe_tool_detail(model, tokenizer, n: int = 200) -> float:
+    """On questions with a detail sentence (``synthetic:multiplication-distractor``), after the first call and its
+    result: the next turn starts the second step's call where the problem has a second step, and no call where it
+    has not (the detail's number is not a step)."""
+    from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT
+    from agentic_rl.agent.tool_format import tool_exchange
+    from agentic_rl.data.formats import CALC_STEP
+
+    rows = _test_rows("synthetic:multiplication-distractor", n)
+    prefix = _call_prefix("calculator", "expression")
+    contexts, seconds = [], []
+    for row in rows:
+        steps = [(e.strip().replace(" ", ""), v.strip()) for e, v in CALC_STEP.findall(row["answer"])]
+        contexts.append(_chat_context(tokenizer, AGENT_SYSTEM_PROMPT, row["question"],
+                                      tool_exchange("calculator", {"expression": steps[0][0]}, steps[0][1])))
+        seconds.append(steps[1][0] if len(steps) > 1 else None)
+    outputs = _continue(model, tokenizer, contexts, len(tokenizer(prefix, add_special_tokens=False)["input_ids"]) + 16,
+                        start="")
+    return sum(text.startswith(prefix + second + '"') if second else not text.startswith(prefix)
+               for second, text in zip(seconds, outputs)) / len(rows)
+
+
 def _world_questions(n: int, hops=(1, 2, 3)) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The first ``n`` test questions of the search task (``synthetic:world``, seed 0) of the given hop counts, and
     its world's passages by title (what a search of the title returns)."""
@@ -254,6 +278,6 @@ def run_probes(model, tokenizer) -> dict[str, float]:
     """Every probe's score, rounded to 4 places (what a card records)."""
     functions = {"arithmetic": probe_arithmetic, "copy_lists": probe_copy_lists, "first_step": probe_first_step,
                  "call": probe_call, "operation": probe_operation, "lookup": probe_lookup,
-                 "tool_call": probe_tool_call, "tool_operation": probe_tool_operation,
+                 "tool_call": probe_tool_call, "tool_operation": probe_tool_operation, "tool_detail": probe_tool_detail,
                  "tool_lookup": probe_tool_lookup, "tool_hop": probe_tool_hop}
     return {name: round(functions[name](model, tokenizer), 4) for name in PROBES}
