@@ -39,7 +39,8 @@ TIERS ?= unit or stage
 test: $(DEV_STAMP)
 	$(PY) -m pytest -m "$(TIERS)" $(PYTEST_ARGS)
 
-# Rebuilds the embedded base shipped in the package (tens of CPU minutes; one thread, for a bit-identical rebuild).
+# Rebuilds the embedded base shipped in the package (two pretraining phases, about two CPU hours; one thread, for a
+# bit-identical rebuild).
 embedded-base: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) scripts/build_embedded_base.py $(ARGS)
 
