@@ -323,9 +323,12 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     set_seed(config.seed)
 
     # --- tokenizer and corpus -----------------------------------------------------------------------------------
-    lines = build_corpus(config)
     tok_dir = out / "tokenizer"
     resumed_tokenizer = resume_from is not None and (tok_dir / "tokenizer.json").is_file()
+    broad = config.corpus == "broad"
+    trains_tokenizer = config.init_from is None and not resumed_tokenizer
+    # the tokenizer's text; the broad corpus's training text is built again below, with the tokenizer's chat template
+    lines = build_corpus(config) if trains_tokenizer or not broad else []
     initial_model = None
     if config.init_from is not None:
         from agentic_rl.models.loading import load_model_and_tokenizer, resolve_model_path
@@ -340,7 +343,6 @@ def run(config: PretrainConfig) -> dict[str, Any]:
     else:
         # the tokenizer also sees the system prompt and formatted solutions, so that those become few tokens
         n_extra, extra_seed = max(config.corpus_lines // 4, 500), config.seed + 1
-        broad = config.corpus == "broad"
         scaffold = tool_call_scaffold(n_extra, extra_seed, every_tool=broad) if config.tool_call_tokens or broad else []
         if broad:
             from agentic_rl.data.world import world_tokenizer_lines
@@ -348,7 +350,7 @@ def run(config: PretrainConfig) -> dict[str, Any]:
             scaffold += world_tokenizer_lines(n_extra // 4, extra_seed)
         extra = default_tokenizer_corpus(n_extra, seed=extra_seed, scaffold=scaffold)
         tokenizer = train_tokenizer(lines + extra, vocab_size=config.vocab_size)
-    if config.corpus == "broad":  # the episodes are written with the tokenizer's chat template
+    if broad:  # the episodes are written with the tokenizer's chat template
         from agentic_rl.agent.tool_format import ChatFormat
 
         lines = build_corpus(config, ChatFormat(tokenizer))
