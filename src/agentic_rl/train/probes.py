@@ -130,14 +130,20 @@ def probe_call(model, tokenizer, n: int = 100) -> float:
     return right / len(rows)
 
 
+def _calculator_steps(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """A reference answer's steps as calculator calls make them: (expression without spaces, its value)."""
+    from agentic_rl.data.formats import CALC_STEP
+
+    return [(e.strip().replace(" ", ""), v.strip()) for e, v in CALC_STEP.findall(row["answer"])]
+
+
 def _two_step_problems(n: int) -> list[tuple[dict[str, Any], str, str, str]]:
     """(row, product expression, its value, the second step's sign) of the multiplication test questions whose second
     step adds or takes away a number, among the first ``n``."""
-    from agentic_rl.data.formats import CALC_STEP
 
     problems = []
     for row in _test_rows("synthetic:multiplication", n):
-        steps = [(e.strip().replace(" ", ""), v.strip()) for e, v in CALC_STEP.findall(row["answer"])]
+        steps = _calculator_steps(row)
         if len(steps) >= 2 and re.fullmatch(r"\d+[+-]\d+", steps[1][0]):
             problems.append((row, *steps[0], steps[1][0][len(steps[0][1])]))
     return problems
@@ -224,13 +230,12 @@ def probe_tool_detail(model, tokenizer, n: int = 200) -> float:
     has not (the detail's number is not a step)."""
     from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT
     from agentic_rl.agent.tool_format import tool_exchange
-    from agentic_rl.data.formats import CALC_STEP
 
     rows = _test_rows("synthetic:multiplication-distractor", n)
     prefix = _call_prefix("calculator", "expression")
     contexts, seconds = [], []
     for row in rows:
-        steps = [(e.strip().replace(" ", ""), v.strip()) for e, v in CALC_STEP.findall(row["answer"])]
+        steps = _calculator_steps(row)
         contexts.append(_chat_context(tokenizer, AGENT_SYSTEM_PROMPT, row["question"],
                                       tool_exchange("calculator", {"expression": steps[0][0]}, steps[0][1])))
         seconds.append(steps[1][0] if len(steps) > 1 else None)
