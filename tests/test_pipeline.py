@@ -154,15 +154,20 @@ def test_a_control_that_got_less_of_grpos_time_than_it_was_sized_for_is_flagged(
                "stages": {"sft_continued": {"budget": budget, "wall_time_s": control_seconds}}}
     section = "\n".join(_control_section(summary))
     assert equal_budget_steps(budget, control_seconds) == (180 if flagged else None)  # 120 steps x 60 s / 40 s
-    assert ("**The control got less compute than GRPO** (67% of its time: the machine ran at another speed during "
-            "SFT): for an equal budget set `sft_continued.max_steps: 180` (with a new `--name`, or `--fresh`)."
-            in section) is flagged
+    assert ("**The control got less compute than GRPO** (its extra steps ran 67% of GRPO's time: the machine ran at "
+            "another speed during SFT): for an equal budget set `sft_continued.max_steps: 180` (with a new `--name`, "
+            "or `--fresh`)." in section) is flagged
     # steps the user set are left as set, however long they took
     set_by_user = {"control": "continue", "grpo_wall_time_s": 60.0, "steps": 120}
     assert equal_budget_steps(set_by_user, control_seconds) is None
     # control: longer also trains SFT's 80 steps: 200 steps in 2 x control_seconds leave 120 of them GRPO's share
     longer = {**budget, "control": "longer", "sft_steps": 80, "steps": 200}
-    assert equal_budget_steps(longer, 2 * control_seconds * 200 / 120 / 2) == (80 + 180 if flagged else None)
+    longer_seconds = control_seconds * 200 / 120
+    assert equal_budget_steps(longer, longer_seconds) == (80 + 180 if flagged else None)
+    # the flag gives the share the decision used (the extra steps' time), not the whole control's over GRPO's
+    longer_section = "\n".join(_control_section({**summary, "stages": {"sft_continued": {
+        "budget": longer, "wall_time_s": longer_seconds}}}))
+    assert ("(its extra steps ran 67% of GRPO's time" in longer_section) is flagged
 
 
 def test_the_pipeline_warns_when_the_control_got_less_than_grpos_time(monkeypatch, tmp_path, capsys):
@@ -180,9 +185,9 @@ def test_the_pipeline_warns_when_the_control_got_less_than_grpos_time(monkeypatc
     summary = {"stages": {}}
     pipeline._run_control(config, tmp_path, "sft/model", 60.0, summary)
     assert summary["stages"]["sft_continued"]["budget"]["steps"] == 120
-    assert ("the control took 40 s of GRPO's 60 s (the machine ran at another speed during SFT): it got less compute "
-            "than GRPO; for an equal budget set sft_continued.max_steps: 180 (with a new --name, or --fresh)"
-            ) in capsys.readouterr().err
+    assert ("the control's extra steps ran 67% of GRPO's 60 s (the machine ran at another speed during SFT): it got "
+            "less compute than GRPO; for an equal budget set sft_continued.max_steps: 180 (with a new --name, or "
+            "--fresh)") in capsys.readouterr().err
 
 
 def test_the_longer_control_needs_the_sft_stage():

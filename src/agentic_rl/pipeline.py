@@ -495,12 +495,13 @@ def _run_control(config: PipelineConfig, root: Path, start_model: str, grpo_seco
     log(f"stage sft_continued: {values['max_steps']} SFT steps from {start_model} (GRPO took {grpo_seconds:.0f}s)")
     _, result = _run_training_stage(config, "sft_continued", root, values, summary)
     summary["stages"]["sft_continued"]["budget"] = budget
-    from agentic_rl.report import equal_budget_steps
+    from agentic_rl.report import control_compute_share, equal_budget_steps
 
     control_seconds = summary["stages"]["sft_continued"].get("wall_time_s", 0.0)
     steps_needed = equal_budget_steps(budget, control_seconds)
     if steps_needed is not None:
-        warn(f"the control took {control_seconds:.0f} s of GRPO's {grpo_seconds:.0f} s (the machine ran at another "
+        share = control_compute_share(budget, control_seconds)
+        warn(f"the control's extra steps ran {share:.0%} of GRPO's {grpo_seconds:.0f} s (the machine ran at another "
              f"speed during SFT): it got less compute than GRPO; for an equal budget set sft_continued.max_steps: "
              f"{steps_needed} (with a new --name, or --fresh)")
     return result["model_dir"]

@@ -121,19 +121,25 @@ def control_comparison(root: Path, summary: dict[str, Any]) -> dict[str, Any] | 
 CONTROL_SHORT_SHARE = 0.9
 
 
-def equal_budget_steps(budget: dict[str, Any], control_seconds: float) -> int | None:
-    """The control's steps that would have given its extra steps GRPO's wall time, when a control sized by the SFT
-    stage's speed (``_run_control`` in the pipeline) spent under :data:`CONTROL_SHORT_SHARE` of it on them — the
-    machine ran at another speed during SFT than during the control — else None. ``control: longer`` also trains
-    SFT's steps, which take their share of its time. A control whose steps the user set is left as set."""
+def control_compute_share(budget: dict[str, Any], control_seconds: float) -> float | None:
+    """The share of GRPO's wall time that a control sized by the SFT stage's speed (``_run_control`` in the
+    pipeline) spent on its extra steps; None when the control's steps were set by the user or a time is missing.
+    ``control: longer`` also trains SFT's steps, which take their share of its time and are not counted."""
     grpo_seconds = budget.get("grpo_wall_time_s")
     if "sft_seconds_per_step" not in budget or not grpo_seconds or not control_seconds > 0:
         return None
-    steps, extra = budget["steps"], budget["extra_steps"]
-    extra_seconds = control_seconds * extra / steps
-    if extra_seconds >= CONTROL_SHORT_SHARE * grpo_seconds:
+    return control_seconds * budget["extra_steps"] / budget["steps"] / grpo_seconds
+
+
+def equal_budget_steps(budget: dict[str, Any], control_seconds: float) -> int | None:
+    """The control's steps that would have given its extra steps GRPO's wall time, when they got under
+    :data:`CONTROL_SHORT_SHARE` of it (:func:`control_compute_share`; the machine ran at another speed during SFT
+    than during the control), else None. A control whose steps the user set is left as set."""
+    share = control_compute_share(budget, control_seconds)
+    if share is None or share >= CONTROL_SHORT_SHARE:
         return None
-    return steps - extra + round(extra * grpo_seconds / extra_seconds)
+    steps, extra = budget["steps"], budget["extra_steps"]
+    return steps - extra + round(extra / share)
 
 
 def _control_section(summary: dict[str, Any]) -> list[str]:
@@ -154,9 +160,10 @@ def _control_section(summary: dict[str, Any]) -> list[str]:
         what += f", sized to GRPO's wall time ({grpo_s:.0f} s; the control took {control_s:.0f} s)."
         steps_needed = equal_budget_steps(budget, control_s)
         if steps_needed is not None:
-            what += (f" **The control got less compute than GRPO** ({control_s / grpo_s:.0%} of its time: the machine "
-                     f"ran at another speed during SFT): for an equal budget set `sft_continued.max_steps: "
-                     f"{steps_needed}` (with a new `--name`, or `--fresh`).")
+            share = control_compute_share(budget, control_s)
+            what += (f" **The control got less compute than GRPO** (its extra steps ran {share:.0%} of GRPO's time: "
+                     "the machine ran at another speed during SFT): for an equal budget set "
+                     f"`sft_continued.max_steps: {steps_needed}` (with a new `--name`, or `--fresh`).")
     else:
         what += f" (set by sft_continued.max_steps; GRPO took {grpo_s:.0f} s, the control {control_s:.0f} s)."
     lines = ["## GRPO vs the compute-matched control", "",
