@@ -333,3 +333,103 @@ def test_the_run_report_and_summary_show_the_search_statistics(tmp_path):
     assert header.endswith("| searches / episode | useful searches | 95 % interval |")
     assert "| 2.50 | 1.62 | 80.0% |" in next(line for line in lines if line.startswith("| sft |"))
     assert {"searches", "useful_search_rate"} <= set(ENVIRONMENT_SUMMARY_KEYS)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Answer attempts: feedback after a wrong answer, and retry demonstrations
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_a_wrong_answer_with_attempts_left_is_answered_by_feedback_and_the_episode_goes_on(world_rows):
+    from agentic_rl.agent.env import DEFAULT_FEEDBACK
+
+    row = next(r for r in world_rows if len(SearchEnv().demonstration(r)) == 3)  # one search, then the answer
+    person = SearchEnv().lookups(row)["chain"][0]
+    right, wrong = f"Final Answer: {row['ground_truth']}", "Final Answer: Nowhere"
+    env = SearchEnv(answer_attempts=2, wrong_attempt_reward=-0.3)
+    env.reset(row)
+    first = env.step(wrong)
+    assert (first.done, first.reward, first.info["kind"]) == (False, -0.3, "retry")
+    assert first.observation == [{"role": "user", "content": DEFAULT_FEEDBACK}]
+    assert env.step(search(person)).reward == pytest.approx(0.1)  # it may search again before its next answer
+    last = env.step(right)
+    assert (last.done, last.reward, last.info["correct"]) == (True, 1.0, True)
+    assert env.episode_metrics() | {"searches": 1.0} == {
+        "attempts": 2.0, "success_at_1": 0.0, "success_at_2": 1.0, "searches": 1.0, "useful_searches": 1.0,
+        "wasted_searches": 0.0, "useful_search_rate": 1.0}
+    # the last attempt's wrong answer ends the episode at 0; so does max_turns, and one attempt without tools
+    env.reset(row)
+    assert [(r.done, r.reward) for r in (env.step(wrong), env.step(wrong))] == [(False, -0.3), (True, 0.0)]
+    assert env.episode_metrics()["success_at_2"] == 0.0
+    short = SearchEnv(answer_attempts=3, max_turns=2)
+    short.reset(row)
+    assert [short.step(wrong).done, short.step(wrong).done] == [False, True]
+    alone = SearchEnv(answer_attempts=2, tools_enabled=False)
+    alone.reset(row)
+    assert alone.step(wrong).done
+    # one attempt (the default) reports no attempt statistics, as before
+    plain = SearchEnv()
+    plain.reset(row)
+    assert plain.step(wrong).done and "attempts" not in plain.episode_metrics()
+
+
+def test_attempt_settings_are_checked():
+    with pytest.raises(ConfigError, match="answer_attempts"):
+        SearchEnv(answer_attempts=0)
+    with pytest.raises(ConfigError, match="needs answer_attempts of at least 2"):
+        SearchEnv(retry_demonstration_fraction=0.5)
+    with pytest.raises(ConfigError, match="retry_demonstration_fraction"):
+        SearchEnv(answer_attempts=2, retry_demonstration_fraction=1.5)
+    with pytest.raises(ConfigError, match="feedback"):
+        SearchEnv(answer_attempts=2, feedback="  ")
+
+
+def test_retry_demonstrations_misread_a_fact_of_the_answers_kind_then_answer_right(world_rows):
+    from agentic_rl.agent.env import DEFAULT_FEEDBACK
+    from agentic_rl.data.world import RELATIONS
+
+    env = SearchEnv(top_k=2, answer_attempts=2, retry_demonstration_fraction=1.0, max_turns=6)
+    world = env.world
+    kinds = {"born_in": "place", "lives_in": "place", "located_in": "place", "works_at": "organisation",
+             "mentor": "person"}
+    objects = {kind: {o for _, r, o in world.facts if kinds[r] == kind} for kind in set(kinds.values())}
+    seen_kinds = set()
+    for row in world_rows[:60]:
+        plain = SearchEnv(top_k=2).demonstration(row)
+        demo = env.demonstration(row)
+        wrong = demo[-3]
+        assert demo[:-3] == plain[:-1] and demo[-1] == plain[-1]  # the same searches and the same right answer
+        assert wrong["train"] is False and demo[-2] == {"role": "user", "content": DEFAULT_FEEDBACK}
+        name = wrong["content"].removeprefix("Final Answer: ")
+        kind = kinds[env.lookups(row)["path"][-1]]
+        assert name != row["ground_truth"] and name in objects[kind], (row["question"], name)
+        read = [m["content"] for m in demo if m["role"] == "tool"]
+        assert any(name in text for text in read) or not any(  # read in the episode's passages, when they hold one
+            o in text for o in objects[kind] - {row["ground_truth"]} for text in read)
+        seen_kinds.add(kind)
+        result, rewards = _replay(env, row, demo)
+        assert result.info["correct"] and rewards[-2:] == [-0.2, 1.0]
+    assert seen_kinds == {"place", "organisation", "person"} and len(RELATIONS) == 5
+    # a share of the questions, drawn apart from the wrong-search share; skipped hops keep their wrong answer
+    share = SearchEnv(answer_attempts=2, retry_demonstration_fraction=0.3, wrong_search_fraction=0.3)
+    retried = [r for r in world_rows if share.demonstration(r)[-2]["role"] == "user"]
+    detoured = [r for r in world_rows if share.demonstration(r)[0] != SearchEnv().demonstration(r)[0]]
+    assert 0.15 * len(world_rows) < len(retried) < 0.45 * len(world_rows)
+    assert 0 < len({r["question"] for r in retried} & {r["question"] for r in detoured}) < len(retried)
+    skipper = SearchEnv(answer_attempts=2, retry_demonstration_fraction=1.0, skipped_hop_fraction=1.0)
+    multi = [r for r in world_rows if len(SearchEnv().demonstration(r)) > 3][:10]
+    assert all(m["role"] != "user" for r in multi for m in skipper.demonstration(r))
+
+
+def test_a_calculator_retry_demonstration_answers_one_more_first():
+    from agentic_rl.agent.calculator_env import CalculatorEnv
+    from agentic_rl.agent.env import DEFAULT_FEEDBACK
+
+    task = {"question": "A farm has 23 boxes with 47 eggs in each box. How many eggs are there?",
+            "answer": "23 * 47 = <<23*47=1081>>1081\n#### 1081", "ground_truth": "1081"}
+    plain = CalculatorEnv().demonstration(task)
+    demo = CalculatorEnv(answer_attempts=2, retry_demonstration_fraction=1.0).demonstration(task)
+    assert demo[:-1][:len(plain) - 1] == plain[:-1] and demo[-1] == plain[-1]
+    assert demo[-3] == {"role": "assistant", "content": plain[-1]["content"].replace("Final Answer: 1081",
+                                                                                      "Final Answer: 1082"),
+                        "train": False}
+    assert demo[-2] == {"role": "user", "content": DEFAULT_FEEDBACK}

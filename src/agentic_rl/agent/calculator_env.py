@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-from agentic_rl.agent.env import ToolEnvironment
+from agentic_rl.agent.env import DEFAULT_FEEDBACK, ToolEnvironment
 from agentic_rl.agent.tasks import AGENT_SYSTEM_PROMPT, FINAL_TURNS, demonstration
 from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S, ToolError
 from agentic_rl.data.formats import CALC_STEP
@@ -75,7 +75,9 @@ class CalculatorEnv(ToolEnvironment):
                  answer_check=None, grounded_calls_only: bool = True, reference_calls_only: bool = False,
                  final_turn: str = "steps",
                  tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
-                 max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS):
+                 max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS, answer_attempts: int = 1,
+                 wrong_attempt_reward: float = -0.2, feedback: str = DEFAULT_FEEDBACK,
+                 retry_demonstration_fraction: float = 0.0):
         for name, value in (("grounded_calls_only", grounded_calls_only),
                             ("reference_calls_only", reference_calls_only)):
             if not isinstance(value, bool):
@@ -86,7 +88,9 @@ class CalculatorEnv(ToolEnvironment):
         super().__init__([calculator], max_turns=max_turns, max_tool_calls=max_tool_calls,
                          tool_call_reward=tool_call_reward, tool_error_reward=tool_error_reward,
                          answer_reward=answer_reward, tools_enabled=tools_enabled, answer_check=answer_check,
-                         tool_timeout_s=tool_timeout_s, max_tool_result_chars=max_tool_result_chars)
+                         tool_timeout_s=tool_timeout_s, max_tool_result_chars=max_tool_result_chars,
+                         answer_attempts=answer_attempts, wrong_attempt_reward=wrong_attempt_reward, feedback=feedback,
+                         retry_demonstration_fraction=retry_demonstration_fraction)
         self.grounded_calls_only, self.reference_calls_only = grounded_calls_only, reference_calls_only
         self._reference: list[float] = []  # the step results of the task's solution not yet rewarded
         self._has_reference = False
@@ -100,8 +104,9 @@ class CalculatorEnv(ToolEnvironment):
         return None
 
     def demonstration(self, task):
-        """The row's annotations as calculator calls, then the answer turn (no calls when tools are disabled)."""
-        return demonstration(task, tools=self.tools_enabled, final_turn=self.final_turn)
+        """The row's annotations as calculator calls, then the answer turn (no calls when tools are disabled); a
+        retry demonstration (``retry_demonstration_fraction``) answers one more than the truth first."""
+        return self.with_retry(task, demonstration(task, tools=self.tools_enabled, final_turn=self.final_turn))
 
     def is_useful(self, call, result: str) -> bool:
         grounded = _numbers(str(call.arguments.get("expression", ""))) <= self._known

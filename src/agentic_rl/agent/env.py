@@ -26,6 +26,10 @@ reward for each useful valid tool call (it returned a result, is not a repeat, a
 part for a correct final answer.
 Malformed JSON, an unknown tool, bad arguments, a tool error or going over ``max_tool_calls`` all become an error
 observation — never an exception. ``max_turns`` bounds the episode: the last allowed turn is scored as the answer.
+With ``answer_attempts`` above 1 a wrong answer is not the end: the model hears ``feedback`` (a ``user`` message),
+the step costs ``wrong_attempt_reward``, and it may search, calculate or answer again, until it is right, its
+attempts are spent or ``max_turns`` is reached (self-correction on any tool task; each episode reports ``attempts``
+and ``success_at_k``, and accuracy is "right within the episode"). Evaluation without tools allows one attempt.
 A tool call that runs past ``tool_timeout_s`` seconds becomes an error observation, and a result longer than
 ``max_tool_result_chars`` characters is clipped (see :mod:`agentic_rl.agent.tools`).
 
@@ -39,17 +43,19 @@ arguments, builds one instance to surface errors before any side effect, and wra
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.agent.tool_format import clip, parse_tool_calls, tool_message
 from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S, Tool, ToolError, get_tool
 from agentic_rl.config import check_range, import_object
-from agentic_rl.data.formats import format_solution
+from agentic_rl.data.formats import FINAL_ANSWER_PREFIX, format_solution
 from agentic_rl.errors import ConfigError, DataError
 
 
@@ -124,6 +130,23 @@ class Environment:
         return [{"role": "assistant", "content": format_solution(solution_steps(answer), truth)}]
 
 
+DEFAULT_FEEDBACK = "That is not correct. Check your steps and try again."
+
+
+def stable_fraction(text: str) -> float:
+    """A number in [0, 1) fixed by ``text`` (SHA-256, the same in every process, unlike ``hash()``)."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big") / 2 ** 64
+
+
+def wrong_answer(ground_truth: str) -> str:
+    """A final answer that is not ``ground_truth``: the number plus one (or the text with a 1 appended)."""
+    try:
+        value = Decimal(str(ground_truth).replace(",", ""))
+    except InvalidOperation:
+        return f"{ground_truth}1"
+    return format(value + 1, "f")
+
+
 def default_answer_check(text: str, ground_truth: str) -> bool:
     from agentic_rl.rewards import is_correct
 
@@ -155,14 +178,27 @@ class ToolEnvironment(Environment):
                  tool_call_reward: float = 0.1, tool_error_reward: float = 0.0, answer_reward: float = 1.0,
                  tools_enabled: bool = True, answer_check: Callable[[str, str], bool] | None = None,
                  tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
-                 max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS):
+                 max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS, answer_attempts: int = 1,
+                 wrong_attempt_reward: float = -0.2, feedback: str = DEFAULT_FEEDBACK,
+                 retry_demonstration_fraction: float = 0.0):
         given = {"max_turns": max_turns, "max_tool_calls": max_tool_calls, "tool_timeout_s": tool_timeout_s,
                  "max_tool_result_chars": max_tool_result_chars, "tool_call_reward": tool_call_reward,
-                 "tool_error_reward": tool_error_reward, "answer_reward": answer_reward}
-        check_range(given, ("max_turns", "max_tool_result_chars"), 1, integer=True, required=True)
+                 "tool_error_reward": tool_error_reward, "answer_reward": answer_reward,
+                 "answer_attempts": answer_attempts, "wrong_attempt_reward": wrong_attempt_reward,
+                 "retry_demonstration_fraction": retry_demonstration_fraction}
+        check_range(given, ("max_turns", "max_tool_result_chars", "answer_attempts"), 1, integer=True, required=True)
         check_range(given, "max_tool_calls", 0, integer=True, required=True)
         check_range(given, "tool_timeout_s", 0, low_open=True, required=True)  # seconds
-        check_range(given, ("tool_call_reward", "tool_error_reward", "answer_reward"), required=True)
+        check_range(given, ("tool_call_reward", "tool_error_reward", "answer_reward", "wrong_attempt_reward"),
+                    required=True)
+        check_range(given, "retry_demonstration_fraction", 0, 1, required=True)
+        if not str(feedback).strip():
+            raise ConfigError("feedback must be a non-empty message")
+        if retry_demonstration_fraction and answer_attempts < 2:
+            raise ConfigError(f"retry_demonstration_fraction {retry_demonstration_fraction} shows retries after a "
+                              "wrong answer, which needs answer_attempts of at least 2")
+        self.answer_attempts, self.wrong_attempt_reward = answer_attempts, wrong_attempt_reward
+        self.feedback, self.retry_demonstration_fraction = str(feedback), retry_demonstration_fraction
         self.tool_timeout_s = float(tool_timeout_s)
         self.max_tool_result_chars = max_tool_result_chars
         self.tools = [get_tool(t) for t in (tools or [])]
@@ -183,7 +219,14 @@ class ToolEnvironment(Environment):
         self.tool_calls = 0  # calls that ran and returned a result
         self.tool_errors = 0  # calls that produced an error observation
         self._seen_calls: set[str] = set()
+        self.attempts = 0
+        self.solved_at: int | None = None
         return None
+
+    @property
+    def allowed_attempts(self) -> int:
+        """``answer_attempts``, or one when tools are off (evaluation of the model alone)."""
+        return self.answer_attempts if self.tools_enabled else 1
 
     def step(self, assistant_text: str) -> StepResult:
         self.turn += 1
@@ -208,11 +251,16 @@ class ToolEnvironment(Environment):
         return StepResult(observation=messages, reward=reward, done=False, info=info)
 
     def _answer(self, text: str, content: str, had_calls: bool) -> StepResult:
-        correct = self.answer_check(content if had_calls else text, str(self.task.get("ground_truth", "")))
-        reward = self.answer_reward if correct else 0.0
-        return StepResult(observation=[], reward=reward, done=True,
-                          info={"turn": self.turn, "kind": "answer", "correct": bool(correct),
-                                "cut_by_max_turns": had_calls})
+        correct = bool(self.answer_check(content if had_calls else text, str(self.task.get("ground_truth", ""))))
+        self.attempts += 1
+        info = {"turn": self.turn, "kind": "answer", "correct": correct, "cut_by_max_turns": had_calls,
+                "attempt": self.attempts}
+        if correct:
+            self.solved_at = self.attempts
+        elif self.attempts < self.allowed_attempts and self.turn < self.max_turns:
+            return StepResult(observation=[{"role": "user", "content": self.feedback}],
+                              reward=self.wrong_attempt_reward, done=False, info={**info, "kind": "retry"})
+        return StepResult(observation=[], reward=self.answer_reward if correct else 0.0, done=True, info=info)
 
     def _run_call(self, call) -> tuple[str, bool, bool]:
         """(observation text, ran without error, useful = first time this exact call is made)."""
@@ -234,6 +282,39 @@ class ToolEnvironment(Environment):
     def is_useful(self, call, result: str) -> bool:
         """Whether a valid, non-repeated call earns ``tool_call_reward`` (hook for subclasses; default: always)."""
         return True
+
+    def episode_metrics(self) -> dict[str, float]:
+        """With ``answer_attempts`` above 1: ``attempts`` (answers given) and ``success_at_k`` (1.0 when right
+        within k answers) for k = 1..answer_attempts; otherwise none."""
+        if self.answer_attempts < 2:
+            return {}
+        metrics = {"attempts": float(self.attempts)}
+        for k in range(1, self.answer_attempts + 1):
+            metrics[f"success_at_{k}"] = float(self.solved_at is not None and self.solved_at <= k)
+        return metrics
+
+    # -- demonstrations ------------------------------------------------------------------------------------------
+
+    def with_retry(self, task: dict[str, Any], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``messages`` (a demonstration ending in its answer), for ``retry_demonstration_fraction`` of the
+        questions (a stable hash of the question, independent of other shares a subclass draws from it) with a
+        wrong answer first — shown, not trained on (``"train": False``) — and the feedback before the right one;
+        unchanged otherwise or without tools."""
+        question = str(task.get("question", task.get("prompt", "")))
+        if (not self.tools_enabled or self.allowed_attempts < 2
+                or stable_fraction(f"retry:{question}") >= self.retry_demonstration_fraction):
+            return messages
+        wrong = self.wrong_attempt(task, messages)
+        return [*messages[:-1], {"role": "assistant", "content": wrong, "train": False},
+                {"role": "user", "content": self.feedback}, messages[-1]]
+
+    def wrong_attempt(self, task: dict[str, Any], messages: list[dict[str, Any]]) -> str:
+        """The wrong answer of a retry demonstration (hook for subclasses): the demonstration's answer turn with
+        its final answer replaced by :func:`wrong_answer` of the ground truth."""
+        answer = messages[-1]["content"]
+        head, _, _ = answer.rpartition(FINAL_ANSWER_PREFIX)
+        truth = str(task["ground_truth"]) if "ground_truth" in task else ground_truth_of(str(task.get("answer", "")))
+        return f"{head}{FINAL_ANSWER_PREFIX} {wrong_answer(truth)}"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -63,9 +63,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from agentic_rl.agent.env import Environment, StepResult, call_refusal, default_answer_check
+from agentic_rl.agent.env import Environment, StepResult, call_refusal, default_answer_check, stable_fraction
 from agentic_rl.agent.rollout import context_window_of
-from agentic_rl.agent.self_correct_env import stable_fraction
 from agentic_rl.agent.tool_format import clip, parse_tool_calls, render_tool_call, tool_message
 from agentic_rl.agent.tools import Tool, ToolError
 from agentic_rl.config import check_range

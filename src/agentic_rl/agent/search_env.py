@@ -38,9 +38,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.agent.env import ToolEnvironment
+from agentic_rl.agent.env import DEFAULT_FEEDBACK, ToolEnvironment, stable_fraction
 from agentic_rl.agent.retrieval import Retriever, read_corpus, words
-from agentic_rl.agent.self_correct_env import stable_fraction
 from agentic_rl.agent.tool_format import tool_exchange
 from agentic_rl.agent.tools import DEFAULT_MAX_TOOL_RESULT_CHARS, DEFAULT_TOOL_TIMEOUT_S
 from agentic_rl.config import check_range
@@ -122,7 +121,9 @@ class SearchEnv(ToolEnvironment):
                  max_tool_calls: int = 4, tool_error_reward: float = 0.0, answer_reward: float = 1.0,
                  tools_enabled: bool = True, wrong_search_fraction: float = 0.0, skipped_hop_fraction: float = 0.0,
                  tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
-                 max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS):
+                 max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS, answer_attempts: int = 1,
+                 wrong_attempt_reward: float = -0.2, feedback: str = DEFAULT_FEEDBACK,
+                 retry_demonstration_fraction: float = 0.0):
         given = {"top_k": top_k, "world_seed": world_seed, "useful_search_reward": useful_search_reward,
                  "wasted_search_reward": wasted_search_reward, "wrong_search_fraction": wrong_search_fraction,
                  "skipped_hop_fraction": skipped_hop_fraction}
@@ -137,7 +138,9 @@ class SearchEnv(ToolEnvironment):
         super().__init__([self.search], max_turns=max_turns, max_tool_calls=max_tool_calls,
                          tool_call_reward=useful_search_reward, tool_error_reward=tool_error_reward,
                          answer_reward=answer_reward, tools_enabled=tools_enabled, tool_timeout_s=tool_timeout_s,
-                         max_tool_result_chars=max_tool_result_chars)
+                         max_tool_result_chars=max_tool_result_chars, answer_attempts=answer_attempts,
+                         wrong_attempt_reward=wrong_attempt_reward, feedback=feedback,
+                         retry_demonstration_fraction=retry_demonstration_fraction)
         self.corpus, self.world_seed, self.top_k = str(corpus), world_seed, top_k
         self.useful_search_reward, self.wasted_search_reward = useful_search_reward, wasted_search_reward
         self.wrong_search_fraction, self.skipped_hop_fraction = wrong_search_fraction, skipped_hop_fraction
@@ -223,8 +226,8 @@ class SearchEnv(ToolEnvironment):
     def episode_metrics(self) -> dict[str, float]:
         """``searches`` that ran, how many were ``useful_searches`` / ``wasted_searches``, and the
         ``useful_search_rate`` of an episode that searched."""
-        metrics = {"searches": float(self.searches), "useful_searches": float(self.useful_searches),
-                   "wasted_searches": float(self.wasted_searches)}
+        metrics = {**super().episode_metrics(), "searches": float(self.searches),
+                   "useful_searches": float(self.useful_searches), "wasted_searches": float(self.wasted_searches)}
         if self.searches:
             metrics["useful_search_rate"] = self.useful_searches / self.searches
         return metrics
@@ -242,6 +245,7 @@ class SearchEnv(ToolEnvironment):
         question = str(task.get("question", ""))
         lookups = self.lookups(task)
         queries = list(lookups["chain"]) if lookups else [question]
+        skipped = False
         if self.tools_enabled and lookups:
             share = stable_fraction(question)
             if share < self.wrong_search_fraction:
@@ -250,7 +254,7 @@ class SearchEnv(ToolEnvironment):
                 queries.insert(0, rng.choice(others))
             elif (share < self.wrong_search_fraction + self.skipped_hop_fraction and len(queries) >= 2
                   and lookups["path"]):
-                queries = queries[:-1]  # the last passage read holds a person's facts, not an organisation's
+                queries, skipped = queries[:-1], True  # the last passage read holds a person's facts
                 last = lookups["path"][-1]
                 answer = self.world.get(queries[-1], "lives_in" if last == "located_in" else last)
         messages: list[dict[str, Any]] = []
@@ -258,4 +262,28 @@ class SearchEnv(ToolEnvironment):
             for query in queries:
                 messages += tool_exchange("search", {"query": query}, self.search(query))
         messages.append({"role": "assistant", "content": f"Final Answer: {answer}"})
-        return messages
+        return messages if skipped else self.with_retry(task, messages)
+
+    def wrong_attempt(self, task: dict[str, Any], messages: list[dict[str, Any]]) -> str:
+        """The wrong answer of a retry demonstration: in the fictional world, a fact of the answer's kind (a place
+        for a place, a person for a person, an organisation for an organisation) read in the demonstration's
+        passages that is not the answer — the misreading a real reader makes — or, when they hold none, one of the
+        world's, chosen by a stable hash of the question; elsewhere the default
+        (:meth:`ToolEnvironment.wrong_attempt`)."""
+        lookups = self.lookups(task) if self.world is not None else None
+        if not lookups or not lookups["path"]:
+            return super().wrong_attempt(task, messages)
+        from agentic_rl.data.world import passages
+
+        kinds = {"born_in": "place", "lives_in": "place", "located_in": "place", "works_at": "organisation",
+                 "mentor": "person"}
+        titles = {p["text"]: p["title"] for p in passages(self.world)}
+        read = {titles[line] for m in messages if m["role"] == "tool" for line in m["content"].split("\n")
+                if line in titles}
+        answers = {str(a) for a in accepted_answers(task.get("ground_truth", ""))}
+        kind = kinds[lookups["path"][-1]]
+        same_kind = [(subject, obj) for subject, relation, obj in self.world.facts
+                     if kinds[relation] == kind and obj not in answers]
+        others = sorted({obj for subject, obj in same_kind if subject in read} or {obj for _, obj in same_kind})
+        question = str(task.get("question", ""))
+        return f"Final Answer: {random.Random(f'retry:{question}').choice(others)}"

@@ -21,32 +21,15 @@ model sees what to do after feedback without learning to answer wrongly. Used as
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from agentic_rl.agent.env import Environment, StepResult, default_answer_check
+from agentic_rl.agent.env import (DEFAULT_FEEDBACK, Environment, StepResult, default_answer_check,
+                                  stable_fraction, wrong_answer)
 from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.config import check_range
 from agentic_rl.data.formats import format_solution
 from agentic_rl.errors import ConfigError
-
-DEFAULT_FEEDBACK = "That is not correct. Check your steps and try again."
-
-
-def stable_fraction(text: str) -> float:
-    """A number in [0, 1) fixed by ``text`` (SHA-256, the same in every process, unlike ``hash()``)."""
-    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big") / 2 ** 64
-
-
-def wrong_answer(ground_truth: str) -> str:
-    """A final answer that is not ``ground_truth``: the number plus one (or the text with a 1 appended)."""
-    try:
-        value = Decimal(str(ground_truth).replace(",", ""))
-    except InvalidOperation:
-        return f"{ground_truth}1"
-    return format(value + 1, "f")
 
 
 class SelfCorrectEnv(Environment):
