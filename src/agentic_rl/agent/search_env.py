@@ -27,7 +27,9 @@ answers; a question without a chain gets one search with the question itself. Re
 two shares of the world questions can be made so, each chosen by a stable hash of the question:
 ``wrong_search_fraction`` first searches a person the question does not need (a wasted lookup, then the right
 ones), ``skipped_hop_fraction`` (questions of two hops or more) stops one lookup short and answers with the fact of
-the last passage read, which is wrong.
+the last passage read, which is wrong. With ``answer_attempts`` above 1 (:class:`ToolEnvironment`), a wrong answer
+is answered by feedback and the agent may search and answer again; ``retry_demonstration_fraction`` then shows a
+share of the demonstrations with a wrong answer first (:meth:`SearchEnv.wrong_attempt`).
 """
 
 from __future__ import annotations
