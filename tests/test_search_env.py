@@ -402,6 +402,9 @@ def test_retry_demonstrations_misread_a_fact_of_the_answers_kind_then_answer_rig
         name = wrong["content"].removeprefix("Final Answer: ")
         kind = kinds[env.lookups(row)["path"][-1]]
         assert name != row["ground_truth"] and name in objects[kind], (row["question"], name)
+        last = env.lookups(row)["chain"][-1]
+        sibling = {o for subject, r, o in world.facts if subject == last and kinds[r] == kind} - {row["ground_truth"]}
+        assert not sibling or name in sibling  # "lives in" for "born in": the same entity's other fact of the kind
         read = [m["content"] for m in demo if m["role"] == "tool"]
         assert any(name in text for text in read) or not any(  # read in the episode's passages, when they hold one
             o in text for o in objects[kind] - {row["ground_truth"]} for text in read)

@@ -267,11 +267,11 @@ class SearchEnv(ToolEnvironment):
         return messages if skipped else self.with_retry(task, messages)
 
     def wrong_attempt(self, task: dict[str, Any], messages: list[dict[str, Any]]) -> str:
-        """The wrong answer of a retry demonstration: in the fictional world, a fact of the answer's kind (a place
-        for a place, a person for a person, an organisation for an organisation) read in the demonstration's
-        passages that is not the answer — the misreading a real reader makes — or, when they hold none, one of the
-        world's, chosen by a stable hash of the question; elsewhere the default
-        (:meth:`ToolEnvironment.wrong_attempt`)."""
+        """The wrong answer of a retry demonstration: in the fictional world, another fact of the answer's kind (a
+        place for a place, a person for a person, an organisation for an organisation) — the misreading a real
+        reader makes: the same entity's other fact of that kind ("lives in" for "born in"), else one read in the
+        demonstration's passages, else one of the world's, chosen by a stable hash of the question; elsewhere the
+        default (:meth:`ToolEnvironment.wrong_attempt`)."""
         lookups = self.lookups(task) if self.world is not None else None
         if not lookups or not lookups["path"]:
             return super().wrong_attempt(task, messages)
@@ -286,6 +286,8 @@ class SearchEnv(ToolEnvironment):
         kind = kinds[lookups["path"][-1]]
         same_kind = [(subject, obj) for subject, relation, obj in self.world.facts
                      if kinds[relation] == kind and obj not in answers]
-        others = sorted({obj for subject, obj in same_kind if subject in read} or {obj for _, obj in same_kind})
+        last = lookups["chain"][-1]
+        others = sorted({obj for subject, obj in same_kind if subject == last}
+                        or {obj for subject, obj in same_kind if subject in read} or {obj for _, obj in same_kind})
         question = str(task.get("question", ""))
         return f"Final Answer: {random.Random(f'retry:{question}').choice(others)}"
