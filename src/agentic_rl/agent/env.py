@@ -147,6 +147,14 @@ def wrong_answer(ground_truth: str) -> str:
     return format(value + 1, "f")
 
 
+def attempt_metrics(attempts: int, solved_at: int | None, max_attempts: int) -> dict[str, float]:
+    """``attempts`` made and ``success_at_k`` (1.0 when right within k attempts) for k = 1..max_attempts."""
+    metrics = {"attempts": float(attempts)}
+    for k in range(1, max_attempts + 1):
+        metrics[f"success_at_{k}"] = float(solved_at is not None and solved_at <= k)
+    return metrics
+
+
 def default_answer_check(text: str, ground_truth: str) -> bool:
     from agentic_rl.rewards import is_correct
 
@@ -288,10 +296,7 @@ class ToolEnvironment(Environment):
         within k answers) for k = 1..answer_attempts; otherwise none."""
         if self.answer_attempts < 2:
             return {}
-        metrics = {"attempts": float(self.attempts)}
-        for k in range(1, self.answer_attempts + 1):
-            metrics[f"success_at_{k}"] = float(self.solved_at is not None and self.solved_at <= k)
-        return metrics
+        return attempt_metrics(self.attempts, self.solved_at, self.answer_attempts)
 
     # -- demonstrations ------------------------------------------------------------------------------------------
 

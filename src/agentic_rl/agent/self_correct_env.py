@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentic_rl.agent.env import (DEFAULT_FEEDBACK, Environment, StepResult, default_answer_check,
-                                  stable_fraction, wrong_answer)
+from agentic_rl.agent.env import (DEFAULT_FEEDBACK, Environment, StepResult, attempt_metrics,
+                                  default_answer_check, stable_fraction, wrong_answer)
 from agentic_rl.agent.reference import ground_truth_of, solution_steps
 from agentic_rl.config import check_range
 from agentic_rl.data.formats import format_solution
@@ -87,10 +87,7 @@ class SelfCorrectEnv(Environment):
 
     def episode_metrics(self) -> dict[str, float]:
         """``attempts`` made and ``success_at_k`` (1.0 when correct within k attempts) for k = 1..max_turns."""
-        metrics = {"attempts": float(self.attempts)}
-        for k in range(1, self.max_turns + 1):
-            metrics[f"success_at_{k}"] = float(self.solved_at is not None and self.solved_at <= k)
-        return metrics
+        return attempt_metrics(self.attempts, self.solved_at, self.max_turns)
 
     def demonstration(self, task: dict[str, Any]) -> list[dict[str, Any]]:
         """The reference solution; for ``retry_demonstration_fraction`` of the questions (stable hash) first a wrong
