@@ -68,6 +68,14 @@ def _world_retriever(seed: int) -> tuple[Any, Retriever, dict[str, str]]:
 
 
 @lru_cache(maxsize=4)
+def _world_titles(seed: int) -> dict[str, str]:
+    """The title of each passage of the world, by its text (a tool result holds one passage text per line)."""
+    from agentic_rl.data.world import passages
+
+    return {p["text"]: p["title"] for p in passages(_world_retriever(seed)[0])}
+
+
+@lru_cache(maxsize=4)
 def _file_retriever(path: str, mtime_ns: int, size: int) -> Retriever:
     return Retriever(read_corpus(path))
 
@@ -275,11 +283,9 @@ class SearchEnv(ToolEnvironment):
         lookups = self.lookups(task) if self.world is not None else None
         if not lookups or not lookups["path"]:
             return super().wrong_attempt(task, messages)
-        from agentic_rl.data.world import passages
-
         kinds = {"born_in": "place", "lives_in": "place", "located_in": "place", "works_at": "organisation",
                  "mentor": "person"}
-        titles = {p["text"]: p["title"] for p in passages(self.world)}
+        titles = _world_titles(self.world_seed)
         read = {titles[line] for m in messages if m["role"] == "tool" for line in m["content"].split("\n")
                 if line in titles}
         answers = {str(a) for a in accepted_answers(task.get("ground_truth", ""))}
