@@ -140,7 +140,6 @@ def _calculator_steps(row: dict[str, Any]) -> list[tuple[str, str]]:
 def _two_step_problems(n: int) -> list[tuple[dict[str, Any], str, str, str]]:
     """(row, product expression, its value, the second step's sign) of the multiplication test questions whose second
     step adds or takes away a number, among the first ``n``."""
-
     problems = []
     for row in _test_rows("synthetic:multiplication", n):
         steps = _calculator_steps(row)
