@@ -378,7 +378,7 @@ def test_sft_rows_split_into_tool_skip_tool_and_direct_demonstrations(tokenizer)
     sft = config(direct_fraction=0.25, skip_tool_fraction=0.35)
     rows = load_task_rows(sft).to_list()
     examples, counts = build_environment_dataset(sft, build_environment(sft), tokenizer)
-    assert counts == {"environment": 8, "skip_tool": 7, "direct": 5} and len(examples) == 20
+    assert counts == {"environment": 8, "skip_tool": 7, "direct": 5, "not_demonstrated": 0} and len(examples) == 20
     truth = {r["question"]: r["ground_truth"] for r in rows}
     kinds = {"environment": [], "skip_tool": [], "direct": []}
     for example in examples:
@@ -391,7 +391,7 @@ def test_sft_rows_split_into_tool_skip_tool_and_direct_demonstrations(tokenizer)
         else:  # the environment's prompt with the tool schema (tools_in_prompt), whether the row calls it or not
             assert AGENT_SYSTEM_PROMPT in text and '"name": "calculator"' in text
             kinds["environment" if "<tool_call>" in trained else "skip_tool"].append((trained, answer))
-    assert {k: len(v) for k, v in kinds.items()} == counts
+    assert {k: len(v) for k, v in kinds.items()} == {k: counts[k] for k in kinds}
     # skip rows: the tool is offered but not called; the steps written out and the final answer
     assert all("<tool_response>" not in t and " = " in t and f"Final Answer: {a}" in t for t, a in kinds["skip_tool"])
     assert all(" = " in t and f"Final Answer: {a}" in t for t, a in kinds["direct"])
@@ -404,7 +404,7 @@ def test_sft_rows_split_into_tool_skip_tool_and_direct_demonstrations(tokenizer)
     # skip_tool_fraction=0 keeps the two-way split
     plain = config(direct_fraction=0.25)
     _, counts = build_environment_dataset(plain, build_environment(plain), tokenizer)
-    assert counts == {"environment": 15, "skip_tool": 0, "direct": 5}
+    assert counts == {"environment": 15, "skip_tool": 0, "direct": 5, "not_demonstrated": 0}
 
 
 # ---------------------------------------------------------------------------------------------------------------

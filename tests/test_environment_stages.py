@@ -107,7 +107,7 @@ def test_sft_demonstrations_mix_environment_direct_and_skip_toolread_jsonl(tiny_
                                               direct_fraction=0.25, skip_tool_fraction=0.25))
     _, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
     dataset, counts = build_environment_dataset(config, build_environment(config), tokenizer)
-    assert counts == {"environment": 20, "skip_tool": 10, "direct": 10} and len(dataset) == 40
+    assert counts == {"environment": 20, "skip_tool": 10, "direct": 10, "not_demonstrated": 0} and len(dataset) == 40
     texts = [tokenizer.decode(r["input_ids"]) for r in dataset]
     trained = [tokenizer.decode([t for t in r["labels"] if t != -100]) for r in dataset]
     assert sum("<tool_call>" in t for t in trained) == 20  # only the environment's demonstrations call the tool

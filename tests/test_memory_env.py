@@ -6,6 +6,7 @@ synthetic:memory dataset and its columns' way to env.reset, the registry, and th
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -222,6 +223,40 @@ def test_error_analysis_classes_a_skipped_needed_store_as_a_fact_not_stored(memo
     classes = Counter(categorize_memory_episode({"messages": env.demonstration(row)}, row)[0]
                       for row in memory_rows if set(env.skipped_events(row)) & set(row["needed"]))
     assert sum(classes.values()) > 50 and set(classes) == {"fact_not_stored"}
+
+
+def test_logs_past_demonstration_max_hops_are_left_to_rl_by_sft_and_by_grpos_sft_anchor(tokenizer):
+    from agentic_rl.agent.settings import build_environment
+    from agentic_rl.train.signal import demonstrations_for
+    from agentic_rl.train.sft import SFTConfig, build_environment_dataset, load_task_rows
+
+    def config(**args):
+        return SFTConfig(model="m", environment="memory", environment_args={"context_window": None, **args},
+                         dataset="synthetic:memory", max_train_samples=40, direct_fraction=0.0,
+                         tools_in_prompt=False, max_turns=10, max_tool_calls=8)
+
+    rows = [task_with_data(r) for r in load_task_dataset("synthetic:memory", "train",
+                                                         synthetic_train_size=1000).to_list()]
+    env = MemoryEnv(demonstration_max_hops=1)
+    assert [env.demonstrates(r) for r in rows] == [r["hops"] == 1 for r in rows]
+    assert all(MemoryEnv().demonstrates(r) for r in rows)
+    drawn = load_task_rows(config()).to_list()
+    one_hop = [r["question"] for r in drawn if task_with_data(r)["hops"] == 1]
+    assert 0 < len(one_hop) < len(drawn) == 40
+    _, counts = build_environment_dataset(config(), build_environment(config()), tokenizer)
+    assert counts == {"environment": 40, "skip_tool": 0, "direct": 0, "not_demonstrated": 0}
+    limited = config(demonstration_max_hops=1)
+    examples, counts = build_environment_dataset(limited, build_environment(limited), tokenizer)
+    assert counts == {"environment": len(one_hop), "skip_tool": 0, "direct": 0,
+                      "not_demonstrated": 40 - len(one_hop)}
+    texts = [tokenizer.decode(e["input_ids"]) for e in examples]  # one example per log without a context window
+    assert sorted(r["question"] for r in drawn if any(r["question"] in t for t in texts)) == sorted(one_hop)
+    train = [{**r, "prompt": build_prompt(r["question"], MEMORY_SYSTEM_PROMPT)} for r in drawn]
+    anchor = SimpleNamespace(sft_anchor_run=None, tools_in_prompt=False)  # the GRPO settings it reads
+    assert len(demonstrations_for(train, tokenizer, anchor, env_factory=build_environment(limited))) == len(one_hop)
+    assert len(demonstrations_for(train, tokenizer, anchor, env_factory=build_environment(config()))) == 40
+    with pytest.raises(ConfigError, match="demonstration_max_hops"):
+        MemoryEnv(demonstration_max_hops=0)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -115,6 +115,11 @@ class Environment:
         :func:`agentic_rl.agent.rollout.episode_stats` under these key names. Default: none."""
         return {}
 
+    def demonstrates(self, task: dict[str, Any]) -> bool:
+        """Whether the demonstrator shows an episode of ``task``: SFT (and GRPO's SFT anchor) train on the tasks it
+        demonstrates and leave the others to RL. Default: every task."""
+        return True
+
     def demonstration(self, task: dict[str, Any]) -> list[dict[str, Any]]:
         """The assistant/tool/user messages of one correct episode on ``task``, for SFT (after ``task["prompt"]``).
 

@@ -52,7 +52,8 @@ the chain in order and answers. Real demonstrations are imperfect: ``skip_store_
 "next" instead. When a needed event was skipped, it follows the chain as far as its notes go and answers from the
 closest note it has: a note under the key where the chain breaks, else the last note it read on the chain, else the
 first event's fact (still in view in the prompt), passing over any that would happen to be right. That answer is
-wrong, as a real agent's would be.
+wrong, as a real agent's would be. ``demonstration_max_hops`` limits the demonstrator to questions of at most that
+many hops (:meth:`MemoryEnv.demonstrates`): SFT trains on those logs only and leaves the longer chains to RL.
 
 Train and evaluate with ``--environment memory --dataset synthetic:memory --max-turns 10 --max-tool-calls 8``.
 """
@@ -100,17 +101,19 @@ class MemoryEnv(Environment):
     def __init__(self, *, max_turns: int = 10, max_tool_calls: int = 8, store_reward: float = 0.1,
                  recall_reward: float = 0.05, wasted_call_reward: float = -0.05, tool_error_reward: float = 0.0,
                  answer_reward: float = 1.0, tools_enabled: bool = True, context_window: int | None = 2,
-                 skip_store_fraction: float = 0.0, answer_check: Callable[[str, str], bool] | None = None):
+                 skip_store_fraction: float = 0.0, demonstration_max_hops: int | None = None,
+                 answer_check: Callable[[str, str], bool] | None = None):
         given = {"max_turns": max_turns, "max_tool_calls": max_tool_calls, "store_reward": store_reward,
                  "recall_reward": recall_reward, "answer_reward": answer_reward,
                  "wasted_call_reward": wasted_call_reward, "tool_error_reward": tool_error_reward,
-                 "skip_store_fraction": skip_store_fraction}
+                 "skip_store_fraction": skip_store_fraction, "demonstration_max_hops": demonstration_max_hops}
         check_range(given, "max_turns", 1, integer=True, required=True)
         check_range(given, "max_tool_calls", 0, integer=True, required=True)
         check_range(given, ("store_reward", "recall_reward", "answer_reward"), required=True)
         # A positive value would reward repeating a call, or a broken one.
         check_range(given, ("wasted_call_reward", "tool_error_reward"), high=0, required=True)
         check_range(given, "skip_store_fraction", 0, 1, required=True)
+        check_range(given, "demonstration_max_hops", 1, integer=True)  # None: every log is demonstrated
         self.max_turns, self.max_tool_calls = max_turns, max_tool_calls
         self.store_reward, self.recall_reward = store_reward, recall_reward
         self.wasted_call_reward, self.tool_error_reward = wasted_call_reward, tool_error_reward
@@ -119,6 +122,7 @@ class MemoryEnv(Environment):
         self.context_window = context_window
         context_window_of(self)  # the rollout's own check of the window
         self.skip_store_fraction = skip_store_fraction
+        self.demonstration_max_hops = demonstration_max_hops
         self.answer_check = answer_check or default_answer_check
         self.tools = [Tool(self.remember), Tool(self.recall)]
         self._start({}, ([], [], [], [], ""))
@@ -282,6 +286,12 @@ class MemoryEnv(Environment):
         events = self.read_log(task)[0]
         header = str(task.get("question", ""))
         return [i for i in range(len(events)) if stable_fraction(f"{header}\n{i}") < self.skip_store_fraction]
+
+    def demonstrates(self, task: dict[str, Any]) -> bool:
+        """Whether the log's question is within ``demonstration_max_hops`` (every log when it is None)."""
+        if self.demonstration_max_hops is None:
+            return True
+        return len(self.read_log(task)[3]) <= self.demonstration_max_hops
 
     def demonstration(self, task: dict[str, Any]) -> list[dict[str, Any]]:
         """One ``remember`` call per event (or "next" for a skipped one), then one ``recall`` per key of the chain

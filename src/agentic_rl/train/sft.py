@@ -32,7 +32,8 @@ In an environment (``--environment``, :class:`agentic_rl.agent.settings.Environm
 whole demonstration episodes (:func:`build_environment_dataset`): the environment's ``demonstration(task)`` (the
 calculator replays the reference solution's annotated steps as tool calls), tokenized exactly as a rollout splices
 them, with labels -100 on the prompt, on tool and feedback messages and on turns the environment marks untrained;
-``direct_fraction`` of the rows without the environment, ``skip_tool_fraction`` answered directly under its prompt.
+``direct_fraction`` of the rows without the environment, ``skip_tool_fraction`` answered directly under its prompt;
+rows the environment does not demonstrate (``env.demonstrates(task)``) are left out.
 
 Device defaults: ``use_cpu`` without a GPU; bf16 mixed precision (fp32 weights, bf16 matmuls) on a GPU that supports
 it and on a CPU with bf16 instructions (AVX512-BF16, AMX-BF16: 3-4x the fp32 matmul rate there), fp32 elsewhere;
@@ -315,10 +316,16 @@ def build_environment_dataset(config: SFTConfig, env_factory, tokenizer):
 
     from agentic_rl.agent.settings import environment_system_prompt
     from agentic_rl.agent.tasks import demonstration_examples, environment_examples
-    from agentic_rl.data.formats import build_prompt, resolve_system_prompt
+    from agentic_rl.data.formats import build_prompt, resolve_system_prompt, task_with_data
 
     rows = load_task_rows(config).to_list()
     env = env_factory()
+    # Rows the demonstrator does not show (env.demonstrates) are left to RL; the seeded split is over the rest.
+    demonstrated = [r for r in rows if env.demonstrates(task_with_data(r))]
+    if not demonstrated:
+        raise ConfigError(f"the {config.environment} environment demonstrates none of the {len(rows)} training rows "
+                          "(its demonstration settings leave every one to RL); SFT has nothing to train on")
+    not_demonstrated, rows = len(rows) - len(demonstrated), demonstrated
     rng = random.Random(f"agentic-rl-imperfect-demonstrations:{config.seed}")  # not the stream rows_reached draws
     direct_ids = set(rng.sample(range(len(rows)), int(round(config.direct_fraction * len(rows)))))
     rest = [i for i in range(len(rows)) if i not in direct_ids]
@@ -342,7 +349,8 @@ def build_environment_dataset(config: SFTConfig, env_factory, tokenizer):
                                        chat_template_kwargs=template)
     examples += demonstration_examples(tokenizer, direct, tools=False, chat_template_kwargs=template)
     rng.shuffle(examples)
-    counts = {"environment": len(with_env), "skip_tool": len(skip), "direct": len(direct)}
+    counts = {"environment": len(with_env), "skip_tool": len(skip), "direct": len(direct),
+              "not_demonstrated": not_demonstrated}
     return datasets.Dataset.from_list(examples), counts
 
 
@@ -519,7 +527,9 @@ def run(config: SFTConfig, *, callbacks: list | None = None) -> dict[str, Any]:
     if env_factory is not None:
         dataset, counts = build_environment_dataset(config, env_factory, tokenizer)
         log(f"sft in environment {config.environment}: {counts['environment']} demonstrations in the environment, "
-            f"{counts['skip_tool']} answered directly under its prompt, {counts['direct']} without it")
+            f"{counts['skip_tool']} answered directly under its prompt, {counts['direct']} without it"
+            + (f"; {counts['not_demonstrated']} rows it does not demonstrate left out" if counts['not_demonstrated']
+               else ""))
     # Only now the run directory: an earlier run's outputs go (unless resuming), this run's settings are recorded.
     stage_run.claim()
     try:  # a failure before the first checkpoint leaves the directory as it was (StageRun.abandon)

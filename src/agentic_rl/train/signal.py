@@ -245,9 +245,12 @@ def demonstrations_for(train, tokenizer, config, env_factory=None) -> list[tuple
         return sft_run_demonstrations(config.sft_anchor_run, tokenizer)
     if env_factory is not None:
         from agentic_rl.agent.tasks import environment_examples
+        from agentic_rl.data.formats import task_with_data
 
-        tasks = [{"answer": row.get("full_answer", ""), **row} for row in train]  # the RL rows' reference solution
-        examples = environment_examples(tokenizer, env_factory(), tasks, tools_in_prompt=config.tools_in_prompt)
+        env = env_factory()
+        tasks = [{"answer": row.get("full_answer", ""), **row} for row in train  # the RL rows' reference solution
+                 if env.demonstrates(task_with_data(row))]
+        examples = environment_examples(tokenizer, env, tasks, tools_in_prompt=config.tools_in_prompt)
         return [(list(e["input_ids"]), list(e["labels"])) for e in examples]
     rows = []
     for row in train:
