@@ -226,6 +226,7 @@ def test_error_analysis_classes_a_skipped_needed_store_as_a_fact_not_stored(memo
 
 
 def test_logs_past_demonstration_max_hops_are_left_to_rl_by_sft_and_by_grpos_sft_anchor(tokenizer):
+    from agentic_rl.agent.env import demonstrated
     from agentic_rl.agent.settings import build_environment
     from agentic_rl.train.signal import demonstrations_for
     from agentic_rl.train.sft import SFTConfig, build_environment_dataset, load_task_rows
@@ -257,6 +258,14 @@ def test_logs_past_demonstration_max_hops_are_left_to_rl_by_sft_and_by_grpos_sft
     assert len(demonstrations_for(train, tokenizer, anchor, env_factory=build_environment(config()))) == 40
     with pytest.raises(ConfigError, match="demonstration_max_hops"):
         MemoryEnv(demonstration_max_hops=0)
+    assert demonstrated(SimpleNamespace(reset=None, step=None), drawn[0])  # an environment without the method
+
+    class DemonstratesNothing(MemoryEnv):
+        def demonstrates(self, task):
+            return False
+
+    with pytest.raises(ConfigError, match="demonstrates none of the 40 training rows"):
+        build_environment_dataset(config(), DemonstratesNothing, tokenizer)
 
 
 # ---------------------------------------------------------------------------------------------------------------

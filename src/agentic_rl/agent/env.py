@@ -135,6 +135,13 @@ class Environment:
         return [{"role": "assistant", "content": format_solution(solution_steps(answer), truth)}]
 
 
+def demonstrated(env: Any, task: dict[str, Any]) -> bool:
+    """``env.demonstrates(task)``, or True for an environment without that method (one that only has ``reset`` and
+    ``step``, loaded by path)."""
+    method = getattr(env, "demonstrates", None)
+    return True if method is None else bool(method(task))
+
+
 DEFAULT_FEEDBACK = "That is not correct. Check your steps and try again."
 
 

@@ -314,6 +314,7 @@ def build_environment_dataset(config: SFTConfig, env_factory, tokenizer):
 
     import datasets
 
+    from agentic_rl.agent.env import demonstrated
     from agentic_rl.agent.settings import environment_system_prompt
     from agentic_rl.agent.tasks import demonstration_examples, environment_examples
     from agentic_rl.data.formats import build_prompt, resolve_system_prompt, task_with_data
@@ -321,11 +322,11 @@ def build_environment_dataset(config: SFTConfig, env_factory, tokenizer):
     rows = load_task_rows(config).to_list()
     env = env_factory()
     # Rows the demonstrator does not show (env.demonstrates) are left to RL; the seeded split is over the rest.
-    demonstrated = [r for r in rows if env.demonstrates(task_with_data(r))]
-    if not demonstrated:
+    demonstrated_rows = [r for r in rows if demonstrated(env, task_with_data(r))]
+    if not demonstrated_rows:
         raise ConfigError(f"the {config.environment} environment demonstrates none of the {len(rows)} training rows "
                           "(its demonstration settings leave every one to RL); SFT has nothing to train on")
-    not_demonstrated, rows = len(rows) - len(demonstrated), demonstrated
+    not_demonstrated, rows = len(rows) - len(demonstrated_rows), demonstrated_rows
     rng = random.Random(f"agentic-rl-imperfect-demonstrations:{config.seed}")  # not the stream rows_reached draws
     direct_ids = set(rng.sample(range(len(rows)), int(round(config.direct_fraction * len(rows)))))
     rest = [i for i in range(len(rows)) if i not in direct_ids]

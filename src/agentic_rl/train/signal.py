@@ -244,12 +244,13 @@ def demonstrations_for(train, tokenizer, config, env_factory=None) -> list[tuple
     if config.sft_anchor_run:
         return sft_run_demonstrations(config.sft_anchor_run, tokenizer)
     if env_factory is not None:
+        from agentic_rl.agent.env import demonstrated
         from agentic_rl.agent.tasks import environment_examples
         from agentic_rl.data.formats import task_with_data
 
         env = env_factory()
         tasks = [{"answer": row.get("full_answer", ""), **row} for row in train  # the RL rows' reference solution
-                 if env.demonstrates(task_with_data(row))]
+                 if demonstrated(env, task_with_data(row))]
         examples = environment_examples(tokenizer, env, tasks, tools_in_prompt=config.tools_in_prompt)
         return [(list(e["input_ids"]), list(e["labels"])) for e in examples]
     rows = []
