@@ -1,7 +1,8 @@
 """The memory environment: events arrive one per turn and the question after the last, the step rewards of needed,
 useless and repeated stores and of useful, missing and repeated recalls, answers scored by the verifier, episodes
-without tools, demonstrations (perfect and with skipped stores) replayed through the environment, the
-synthetic:memory dataset and its columns' way to env.reset, the registry, and the embedded tokenizer."""
+without tools, demonstrations (perfect and with skipped stores) replayed through the environment, logs past
+demonstration_max_hops left out of SFT, the synthetic:memory dataset and its columns' way to env.reset, the registry,
+and the embedded tokenizer."""
 
 from __future__ import annotations
 
