@@ -267,6 +267,8 @@ def test_logs_past_demonstration_max_hops_are_left_to_rl_by_sft_and_by_grpos_sft
 
     with pytest.raises(ConfigError, match="demonstrates none of the 40 training rows"):
         build_environment_dataset(config(), DemonstratesNothing, tokenizer)
+    with pytest.raises(ConfigError, match="demonstrates none of the 40 training rows"):
+        demonstrations_for(train, tokenizer, anchor, env_factory=DemonstratesNothing)
 
 
 # ---------------------------------------------------------------------------------------------------------------

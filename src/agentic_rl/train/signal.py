@@ -251,6 +251,9 @@ def demonstrations_for(train, tokenizer, config, env_factory=None) -> list[tuple
         env = env_factory()
         tasks = [{"answer": row.get("full_answer", ""), **row} for row in train  # the RL rows' reference solution
                  if demonstrated(env, task_with_data(row))]
+        if not tasks:  # here, before the run directory is claimed, not when the trainer finds none
+            raise ConfigError(f"sft_loss_weight needs demonstrations, and the environment demonstrates none of the "
+                              f"{len(train)} training rows; set sft_loss_weight: 0 or sft_anchor_run")
         examples = environment_examples(tokenizer, env, tasks, tools_in_prompt=config.tools_in_prompt)
         return [(list(e["input_ids"]), list(e["labels"])) for e in examples]
     rows = []
