@@ -79,6 +79,7 @@ class Trajectory:
     answered: bool = False  # the episode ended with an answer turn (not cut by the token budget)
     correct: bool = False
     truncated: bool = False  # the token budget ran out before the episode was done
+    retry_turns: list[int] = field(default_factory=list)  # turns (0-based) answered wrong with another try left
     metrics: dict[str, float] = field(default_factory=dict)  # env.episode_metrics() after the episode
 
     @property
@@ -155,20 +156,23 @@ def prompt_with_observation(prompt: list[dict[str, Any]], observation: Any) -> l
 
 def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str, Any]],
                  prompts: list[list[dict[str, str]]], settings: RolloutSettings,
-                 chat_format: ChatFormat | None = None, reuse_cache: bool = True) -> list[Trajectory]:
+                 chat_format: ChatFormat | None = None, reuse_cache: bool = True,
+                 starts: list[Trajectory | None] | None = None) -> list[Trajectory]:
     """Play one episode per (env, task, prompt), all in lock-step batches (one generate call per turn).
 
     Each episode's keys and values are kept from one turn to the next (``reuse_cache``,
-    :class:`agentic_rl.models.generate.TurnCache`), so a turn prefills only the tokens added since the last one."""
+    :class:`agentic_rl.models.generate.TurnCache`), so a turn prefills only the tokens added since the last one.
+    ``starts``: per episode, None (a new episode: the environment is reset) or an episode already under way in its
+    environment (:func:`replay_turns`), which the model continues."""
     if not (len(envs) == len(tasks) == len(prompts)):
         raise ValueError("run_episodes needs as many environments as tasks and prompts")
+    starts = starts if starts is not None else [None] * len(envs)
+    if len(starts) != len(envs):
+        raise ValueError("run_episodes needs one start (or None) per environment")
     fmt = chat_format or ChatFormat(tokenizer, settings.chat_template_kwargs)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else fmt.end_of_turn_id
-    trajectories = []
-    for env, task, prompt in zip(envs, tasks, prompts):
-        prompt = prompt_with_observation(prompt, reset_episode(env, task))
-        tools = env.tool_schemas() if settings.tools_in_prompt else None
-        trajectories.append(Trajectory(prompt_ids=fmt.prompt_ids(prompt, tools)))
+    trajectories = [start if start is not None else _new_episode(env, task, prompt, settings, fmt)
+                    for env, task, prompt, start in zip(envs, tasks, prompts, starts)]
 
     windows = [context_window_of(env) for env in envs]
     active = list(range(len(trajectories)))
@@ -188,41 +192,78 @@ def run_episodes(model, tokenizer, envs: list[Environment], tasks: list[dict[str
             max_new_tokens=max(1, min(settings.max_turn_tokens, max(budgets))), stop_ids=fmt.stop_ids,
             pad_id=pad_id, do_sample=settings.do_sample, temperature=settings.temperature, top_p=settings.top_p,
             top_k=settings.top_k, turn_cache=turn_cache, cache_keys=active)
-        still_active = []
-        for i, ids, budget in zip(active, new_ids, budgets):
-            traj, env = trajectories[i], envs[i]
-            ids = ids[:max(1, min(settings.max_turn_tokens, budget))]
-            ended = ids[-1] in fmt.stop_ids
-            text = _decode_turn(tokenizer, ids, fmt)
-            result = env.step(text)
-            traj.turn_spans.append((len(traj.completion_ids), len(traj.completion_ids) + len(ids)))
-            traj.completion_ids += ids
-            traj.env_mask += [1] * len(ids)
-            traj.step_rewards.append(float(result.reward))
-            traj.messages.append({"role": "assistant", "content": text})
-            traj.turns += 1
-            traj.tool_calls += int(result.info.get("calls", 0))
-            traj.tool_errors += int(result.info.get("errors", 0))
-            traj.useful_tool_calls += int(result.info.get("useful", 0))
-            if result.done:
-                traj.answered = True
-                traj.correct = bool(result.info.get("correct", False))
-                continue
-            # Close a turn cut by the per-turn limit, then the observation messages and the next generation prompt.
-            suffix = ([] if ended else [fmt.end_of_turn_id]) + fmt.observation_suffix_ids(result.observation)
-            if len(traj.completion_ids) + len(suffix) >= settings.max_completion_length:
-                traj.truncated = True  # no room left for another turn: the episode ends without an answer
-                continue
-            traj.completion_ids += suffix
-            traj.env_mask += [0] * len(suffix)
-            traj.messages += result.observation
-            still_active.append(i)
+        still_active = [i for i, ids, budget in zip(active, new_ids, budgets)
+                        if _take_turn(trajectories[i], envs[i], ids[:max(1, min(settings.max_turn_tokens, budget))],
+                                      tokenizer, fmt, settings)]
         if turn_cache is not None:
             turn_cache.forget(set(active) - set(still_active))
         active = still_active
     for traj, env in zip(trajectories, envs):
         traj.metrics = {key: float(value) for key, value in env.episode_metrics().items()}
     return trajectories
+
+
+def _new_episode(env: Environment, task: dict[str, Any], prompt: list[dict[str, str]], settings: RolloutSettings,
+                 fmt: ChatFormat) -> Trajectory:
+    """A trajectory holding only the prompt of a new episode (the environment reset, its first observation added)."""
+    prompt = prompt_with_observation(prompt, reset_episode(env, task))
+    tools = env.tool_schemas() if settings.tools_in_prompt else None
+    return Trajectory(prompt_ids=fmt.prompt_ids(prompt, tools))
+
+
+def _take_turn(traj: Trajectory, env: Environment, ids: list[int], tokenizer, fmt: ChatFormat,
+               settings: RolloutSettings) -> bool:
+    """Play the assistant turn ``ids`` in ``env`` and record it in ``traj``: the turn's tokens, the environment's
+    answer (step reward, counts) and, when the episode goes on, the observation's tokens and the next generation
+    prompt. Returns whether the episode goes on."""
+    ended = ids[-1] in fmt.stop_ids
+    text = _decode_turn(tokenizer, ids, fmt)
+    result = env.step(text)
+    traj.turn_spans.append((len(traj.completion_ids), len(traj.completion_ids) + len(ids)))
+    traj.completion_ids += ids
+    traj.env_mask += [1] * len(ids)
+    traj.step_rewards.append(float(result.reward))
+    traj.messages.append({"role": "assistant", "content": text})
+    traj.turns += 1
+    traj.tool_calls += int(result.info.get("calls", 0))
+    traj.tool_errors += int(result.info.get("errors", 0))
+    traj.useful_tool_calls += int(result.info.get("useful", 0))
+    if result.info.get("kind") == "retry":
+        traj.retry_turns.append(traj.turns - 1)
+    if result.done:
+        traj.answered = True
+        traj.correct = bool(result.info.get("correct", False))
+        return False
+    # Close a turn cut by the per-turn limit, then the observation messages and the next generation prompt.
+    suffix = ([] if ended else [fmt.end_of_turn_id]) + fmt.observation_suffix_ids(result.observation)
+    if len(traj.completion_ids) + len(suffix) >= settings.max_completion_length:
+        traj.truncated = True  # no room left for another turn: the episode ends without an answer
+        return False
+    traj.completion_ids += suffix
+    traj.env_mask += [0] * len(suffix)
+    traj.messages += result.observation
+    return True
+
+
+def replay_turns(env: Environment, task: dict[str, Any], prompt: list[dict[str, str]], episode: Trajectory,
+                 turns: int, tokenizer, fmt: ChatFormat, settings: RolloutSettings) -> Trajectory | None:
+    """A new episode of ``task`` in ``env`` that has played the first ``turns`` assistant turns of ``episode`` (its
+    tokens, sampled earlier), ready for the model to write the next turn: the environment is reset and stepped with
+    those turns. None when the environment does not answer them as it answered ``episode`` (other observation
+    tokens or step rewards: it is not deterministic) or the episode did not go on after them."""
+    if not 0 < turns < len(episode.turn_spans):
+        return None
+    replay = _new_episode(env, task, prompt, settings, fmt)
+    for turn in range(turns):
+        replay.context_starts.append(episode.context_starts[turn])
+        start, end = episode.turn_spans[turn]
+        if not _take_turn(replay, env, episode.completion_ids[start:end], tokenizer, fmt, settings):
+            return None
+    n = len(replay.completion_ids)
+    if (replay.prompt_ids != episode.prompt_ids or replay.completion_ids != episode.completion_ids[:n]
+            or replay.step_rewards != episode.step_rewards[:turns] or n != episode.turn_spans[turns][0]):
+        return None
+    return replay
 
 
 def context_window_of(env: Any) -> int | None:
@@ -357,14 +398,80 @@ def prompt_key(prompt: list[dict[str, Any]]) -> tuple:
     return tuple((m["role"], m["content"]) for m in prompt)
 
 
+def groups_of(prompts: list[list[dict[str, Any]]]) -> list[list[int]]:
+    """The indices of each run of equal consecutive prompts: GRPO's groups (TRL repeats each prompt
+    ``num_generations`` times in a row).
+
+    >>> a, b = [{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]
+    >>> groups_of([a, a, b, b, a])
+    [[0, 1], [2, 3], [4]]
+    """
+    groups: list[list[int]] = []
+    for i, prompt in enumerate(prompts):
+        if groups and prompt_key(prompts[groups[-1][0]]) == prompt_key(prompt):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def branch_after_wrong_answers(model, tokenizer, env_factory: Callable[[], Environment],
+                               tasks: list[dict[str, Any]], prompts: list[list[dict[str, str]]],
+                               trajectories: list[Trajectory], settings: RolloutSettings,
+                               fmt: ChatFormat) -> dict[str, float]:
+    """Retry groups: in each group whose episodes all answered wrong at first, the episodes go on from one shared
+    wrong answer. The first episode with a retry turn (a wrong answer with another try left) keeps its own
+    continuation; every other episode of the group is replaced by a new one that replays that episode up to the
+    feedback on its wrong answer (:func:`replay_turns`) and is continued by the model. The group's episodes then
+    differ only after the feedback, so its advantages (which sum to zero over the shared turns) compare what the
+    model did with the feedback. A group with an episode right at its first answer is left as it is, and so is one
+    whose environment answers the replayed turns otherwise (not deterministic). Replaces entries of ``trajectories``
+    in place; returns ``retry_groups`` (the share of groups branched) and ``retry_groups_split`` (the share of those
+    whose episodes' returns then differ)."""
+    groups = [g for g in groups_of(prompts) if len(g) > 1]
+    slots, envs, starts = [], [], []
+    branched = []
+    for group in groups:
+        if any(trajectories[i].correct and not trajectories[i].retry_turns for i in group):
+            continue
+        anchor = next((i for i in group if trajectories[i].retry_turns), None)
+        if anchor is None:
+            continue
+        turns = trajectories[anchor].retry_turns[0] + 1
+        replays = []
+        for i in group:
+            if i == anchor:
+                continue
+            env = env_factory()
+            start = replay_turns(env, tasks[i], prompts[i], trajectories[anchor], turns, tokenizer, fmt, settings)
+            if start is None:
+                break
+            replays.append((i, env, start))
+        else:
+            branched.append(group)
+            for i, env, start in replays:
+                slots.append(i)
+                envs.append(env)
+                starts.append(start)
+    if slots:
+        continued = run_episodes(model, tokenizer, envs, [tasks[i] for i in slots], [prompts[i] for i in slots],
+                                 settings, fmt, starts=starts)
+        for i, traj in zip(slots, continued):
+            trajectories[i] = traj
+    split = sum(len({trajectories[i].total_return for i in group}) > 1 for group in branched)
+    return {"retry_groups": len(branched) / max(len(groups), 1),
+            "retry_groups_split": split / len(branched) if branched else 0.0}
+
+
 def make_rollout_func(env_factory: Callable[[], Environment], tasks: list[dict[str, Any]],
-                      settings: RolloutSettings, *, log_path=None) -> Callable:
+                      settings: RolloutSettings, *, log_path=None, retry_groups: bool = False) -> Callable:
     """A ``rollout_func(prompts, trainer)`` for TRL's GRPOTrainer.
 
     ``tasks`` are the training rows (with ``prompt``): TRL hands the hook only the prompts, so each prompt is mapped
     back to its row. Sampling settings (temperature, top-p, top-k) are read from the trainer's config at call time.
     Per-batch agent metrics go into the trainer's logged metrics (``agent/...``) and, with ``log_path``, one JSONL
-    line per generation batch (with two sample trajectories).
+    line per generation batch (with two sample trajectories). ``retry_groups``: while training, groups whose
+    episodes all answered wrong at first go on from one shared wrong answer (:func:`branch_after_wrong_answers`).
     """
     from agentic_rl.utils import append_jsonl
 
@@ -389,13 +496,17 @@ def make_rollout_func(env_factory: Callable[[], Environment], tasks: list[dict[s
         start = time.time()
         envs = [env_factory() for _ in prompts]
         trajectories = run_episodes(model, tokenizer, envs, batch_tasks, prompts, run_settings, state["fmt"])
+        branching = {}
+        if retry_groups and mode == "train":
+            branching = branch_after_wrong_answers(model, tokenizer, env_factory, batch_tasks, prompts, trajectories,
+                                                   run_settings, state["fmt"])
         if any(context_window_of(env) is not None for env in envs):
             # Turns generated in a folded context are scored in it (agentic_rl.train.logprobs.FoldedContextScoring).
             hand_over = getattr(trainer, "set_rollout_contexts", None)
             if hand_over is None:
                 raise ConfigError(f"{type(trainer).__name__} cannot train on episodes with a context_window")
             hand_over([(list(t.context_starts), list(t.turn_spans)) for t in trajectories])
-        stats = episode_stats(trajectories)
+        stats = {**episode_stats(trajectories), **branching}
         for key, value in stats.items():
             trainer._metrics[mode][f"agent/{key}"].append(value)
         if log_path is not None:

@@ -180,6 +180,10 @@ class GRPOConfig(EnvironmentSettings):
                                          "anchor trains on (a pipeline: its sft stage); unset: reference solutions")
     tied_failure_weight: float = setting(0.0, "with an environment: groups whose episodes all fail alike get this x "
                                          "their batch-normalised reward as advantage, not 0 (0 = off, as TRL)")
+    retry_groups: bool = setting(False, "with an environment that gives another try after a wrong answer "
+                                 "(answer_attempts >= 2): a group whose episodes all answered wrong at first goes on "
+                                 "from one of its wrong answers, so the group compares what each episode does with "
+                                 "the feedback (agent/rollout.py)")
     skip_zero_advantage_rows: bool = setting(True, "leave completions with all-zero advantages out of the loss pass "
                                              "where no gradient changes (beta 0, loss dapo/cispo/vespo, 1 process)")
 
@@ -286,6 +290,9 @@ class GRPOConfig(EnvironmentSettings):
         self.check_environment_settings()
         if self.environment is not None:
             self._validate_environment()
+        elif self.retry_groups:
+            raise ConfigError("retry_groups continues episodes after a wrong answer: it needs an environment "
+                              "(--environment)")
         check_range(self, "select_candidates", 1)
         check_credit_settings(self)
         if self.algorithm == "rloo":
@@ -418,6 +425,11 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         from agentic_rl.agent.settings import build_environment
 
         env_factory = build_environment(config)  # a bad environment or argument fails here, before any output
+        attempts = getattr(env_factory.example, "allowed_attempts", None)
+        if config.retry_groups and attempts is not None and attempts < 2:
+            raise ConfigError(f"retry_groups continues episodes after a wrong answer, but environment "
+                              f"{config.environment} allows {attempts} answer per episode: allow 2 or more "
+                              "(answer_attempts in environment_args; max_turns for self_correct)")
     model, tokenizer, base_dir = load_policy(config, out)
     train, heldout = load_data(config, env_factory.example if env_factory else None)
     if env_factory is None:

@@ -499,7 +499,8 @@ def episode_rollout(config: Any, env_factory, rows: list[dict[str, Any]], out: P
     settings = RolloutSettings(max_turn_tokens=config.max_turn_tokens,
                                max_completion_length=config.max_completion_length,
                                tools_in_prompt=config.tools_in_prompt)
-    return make_rollout_func(env_factory, rows, settings, log_path=out / "rollouts.jsonl")
+    return make_rollout_func(env_factory, rows, settings, log_path=out / "rollouts.jsonl",
+                             retry_groups=config.retry_groups)
 
 
 # ---------------------------------------------------------------------------------------------------------------
