@@ -170,3 +170,18 @@ def test_retry_groups_settings_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="environment calculator allows 1 answer per episode"):
         grpo.run(config)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_pipeline_with_retry_groups_and_one_answer_fails_before_any_stage(tmp_path):
+    from agentic_rl.pipeline import PipelineConfig, run_pipeline
+
+    values = {"name": "one-answer", "output_dir": str(tmp_path / "run"), "dataset": "synthetic:multiplication",
+              "environment": "calculator", "grpo": {"retry_groups": True}}
+    with pytest.raises(ConfigError, match="environment calculator allows 1 answer per episode"):
+        run_pipeline(config_from_dict(PipelineConfig, values))
+    assert not (tmp_path / "run").exists()  # nothing trained, nothing written
+    # With two answers allowed the same sections pass.
+    from agentic_rl.pipeline import _check_sections
+
+    _check_sections(config_from_dict(PipelineConfig, {**values, "environment_args": {"answer_attempts": 2}}),
+                    tmp_path / "run")

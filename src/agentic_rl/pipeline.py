@@ -279,7 +279,12 @@ def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
         build_environment(config)
     for name in _train_stages(config):
         check_keys(_stage_class(name), _section(config, name), where=f"{config.name}: {name}")
-        resolve_stage_config(config, name, config.model, root)
+        stage_config = resolve_stage_config(config, name, config.model, root)
+        if name == "grpo" and stage_config.retry_groups:  # needs an environment that allows a second answer
+            from agentic_rl.agent.settings import build_environment
+            from agentic_rl.train.grpo import check_retry_groups
+
+            check_retry_groups(stage_config, build_environment(stage_config).example)
     resolve_stage_config(config, "eval", config.model, root)
 
 

@@ -327,6 +327,16 @@ class GRPOConfig(EnvironmentSettings):
 # Model, data, rewards
 # ---------------------------------------------------------------------------------------------------------------
 
+def check_retry_groups(config: GRPOConfig, env: Any) -> None:
+    """``retry_groups`` needs an environment that allows a second answer (where it says how many it allows: the
+    project's ``allowed_attempts``)."""
+    attempts = getattr(env, "allowed_attempts", None)
+    if config.retry_groups and attempts is not None and attempts < 2:
+        raise ConfigError(f"retry_groups continues episodes after a wrong answer, but environment "
+                          f"{config.environment} allows {attempts} answer per episode: allow 2 or more "
+                          "(answer_attempts in environment_args; max_turns for self_correct)")
+
+
 def load_data(config: GRPOConfig, env: Any = None):
     """Training prompts (a ``datasets.Dataset`` of RL rows) and the held-out rows (a list, or None).
 
@@ -425,11 +435,7 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         from agentic_rl.agent.settings import build_environment
 
         env_factory = build_environment(config)  # a bad environment or argument fails here, before any output
-        attempts = getattr(env_factory.example, "allowed_attempts", None)
-        if config.retry_groups and attempts is not None and attempts < 2:
-            raise ConfigError(f"retry_groups continues episodes after a wrong answer, but environment "
-                              f"{config.environment} allows {attempts} answer per episode: allow 2 or more "
-                              "(answer_attempts in environment_args; max_turns for self_correct)")
+        check_retry_groups(config, env_factory.example)
     model, tokenizer, base_dir = load_policy(config, out)
     train, heldout = load_data(config, env_factory.example if env_factory else None)
     if env_factory is None:
