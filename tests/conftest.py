@@ -215,6 +215,31 @@ def reward_model_config(model, dataset, out, **overrides):
         report_to=["none"]), overrides)
 
 
+def episode_batch(trainer_class, model_dir, tokenizer, tmp_path, rows, rollout, *, max_completion_length,
+                  **trainer_kwargs):
+    """One generation batch of ``trainer_class`` (a TRL GRPOTrainer or a subclass) on the micro model with the
+    episode ``rollout``: rows 0, 0, 1, 1 of ``rows`` (two groups of 2, as TRL's sampler repeats each prompt), the
+    episode return as the reward, β = 0. Returns (trainer, batch, the inputs as TRL left them)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig
+
+    from agentic_rl.agent.rollout import trajectory_return_reward
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    tokenizer.padding_side = "left"
+    args = GRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4,
+                      generation_batch_size=4, max_completion_length=max_completion_length, max_steps=1,
+                      report_to=[], use_cpu=True, beta=0.0, gradient_checkpointing=False, logging_steps=1)
+    trainer = trainer_class(model=AutoModelForCausalLM.from_pretrained(model_dir),
+                            reward_funcs=[trajectory_return_reward], args=args,
+                            train_dataset=Dataset.from_list([{"prompt": r["prompt"]} for r in rows]),
+                            processing_class=tokenizer, rollout_func=rollout, **trainer_kwargs)
+    trainer.model.train()  # as inside trainer.train(): metrics go to the "train" bucket
+    inputs = [{"prompt": rows[k]["prompt"]} for k in (0, 0, 1, 1)]
+    return trainer, trainer._generate_and_score_completions(inputs), inputs
+
+
 def loss_gradient(trainer, batch, monkeypatch):
     """d loss / d per-token log-prob of the batch (TRL's _compute_loss, β = 0)."""
     captured = {}

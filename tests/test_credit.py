@@ -9,7 +9,7 @@ import math
 import os
 
 import pytest
-from conftest import grpo_config, loss_gradient, read_jsonl
+from conftest import episode_batch, grpo_config, loss_gradient, read_jsonl
 
 from agentic_rl.config import config_from_dict
 from agentic_rl.errors import ConfigError
@@ -164,13 +164,9 @@ def _scripted_batch(tiny_model_dir, tokenizer, monkeypatch, tmp_path, trainer_cl
     """A trainer and one scored generation batch: 2 groups of 2 calculator episodes played by ``scripts`` (default
     :data:`SCRIPTS`: row 0: call, right answer; row 1: wrong answer at once; row 2: call, the same call again, right
     answer; row 3: call, wrong answer)."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM
-    from trl import GRPOConfig
-
     from agentic_rl.agent import rollout as rollout_mod
     from agentic_rl.agent.calculator_env import CalculatorEnv
-    from agentic_rl.agent.rollout import RolloutSettings, make_rollout_func, trajectory_return_reward
+    from agentic_rl.agent.rollout import RolloutSettings, make_rollout_func
     from agentic_rl.agent.tasks import agent_rows
     from agentic_rl.agent.tool_format import ChatFormat, render_tool_call
 
@@ -192,19 +188,10 @@ def _scripted_batch(tiny_model_dir, tokenizer, monkeypatch, tmp_path, trainer_cl
                  "Sam has 47 bags with 23 beads each. How many beads?"]
     rows = agent_rows([{"question": q, "answer": "23 * 47 = <<23*47=1081>>1081\n#### 1081"} for q in questions])
     monkeypatch.setattr(rollout_mod, "generate_batch", generate)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    tokenizer.padding_side = "left"
-    args = GRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4,
-                      generation_batch_size=4, max_completion_length=400, max_steps=1, report_to=[], use_cpu=True,
-                      beta=0.0, gradient_checkpointing=False, logging_steps=1)
     rollout = make_rollout_func(lambda: CalculatorEnv(), rows, RolloutSettings(max_turn_tokens=64,
                                                                                tools_in_prompt=False))
-    trainer = trainer_class(model=model, reward_funcs=[trajectory_return_reward], args=args,
-                            train_dataset=Dataset.from_list([{"prompt": r["prompt"]} for r in rows]),
-                            processing_class=tokenizer, rollout_func=rollout, **trainer_kwargs)
-    trainer.model.train()  # as inside trainer.train(): metrics go to the "train" bucket
-    inputs = [{"prompt": rows[k]["prompt"]} for k in (0, 0, 1, 1)]  # as TRL's sampler repeats each prompt
-    batch = trainer._generate_and_score_completions(inputs)
+    trainer, batch, inputs = episode_batch(trainer_class, tiny_model_dir, tokenizer, tmp_path, rows, rollout,
+                                           max_completion_length=400, **trainer_kwargs)
     if scripts is SCRIPTS:
         assert calls == [4, 3, 1]
         assert [row["step_rewards"] for row in inputs] == [pytest.approx(r) for r in SCRIPTED_STEP_REWARDS]

@@ -3,16 +3,14 @@ shared wrong answer, so its advantages compare only what each episode did with t
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from conftest import grpo_config, loss_gradient
+from conftest import episode_batch, grpo_config, loss_gradient
 
 from agentic_rl.agent import rollout as rollout_mod
 from agentic_rl.agent.calculator_env import CalculatorEnv
 from agentic_rl.agent.env import DEFAULT_FEEDBACK
 from agentic_rl.agent.rollout import (RolloutSettings, branch_after_wrong_answers, make_rollout_func, replay_turns,
-                                      run_episodes, trajectory_return_reward)
+                                      run_episodes)
 from agentic_rl.agent.tasks import agent_rows
 from agentic_rl.agent.tool_format import ChatFormat
 from agentic_rl.config import config_from_dict
@@ -121,30 +119,16 @@ def test_replay_needs_a_turn_inside_the_episode(tokenizer, monkeypatch):
 def test_grpo_gives_the_shared_turns_no_net_gradient(tiny_model_dir, tokenizer, monkeypatch, tmp_path,
                                                      credit_assignment):
     """In a branched group the shared tokens' gradients cancel between its episodes; the retries' do not."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM
-    from trl import GRPOConfig
-
     from agentic_rl.train.grpo_trainer import SignalGRPOTrainer
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     generate, _ = answering_policy(tokenizer, {0: "Final Answer: 5", 1: "Final Answer: 7", 2: "Final Answer: 1081",
                                                3: "Final Answer: 3"},
                                    ["Final Answer: 1081", "Final Answer: 8", "Final Answer: 1081", "Final Answer: 9"])
     monkeypatch.setattr(rollout_mod, "generate_batch", generate)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    tokenizer.padding_side = "left"
-    args = GRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4,
-                      generation_batch_size=4, max_completion_length=300, max_steps=1, report_to=[], use_cpu=True,
-                      beta=0.0, gradient_checkpointing=False, logging_steps=1)
     rollout = make_rollout_func(lambda: CalculatorEnv(answer_attempts=2, max_turns=2), ROWS, SETTINGS,
                                 retry_groups=True)
-    trainer = SignalGRPOTrainer(model=model, reward_funcs=[trajectory_return_reward], args=args,
-                                train_dataset=Dataset.from_list([{"prompt": r["prompt"]} for r in ROWS]),
-                                processing_class=tokenizer, rollout_func=rollout,
-                                credit_assignment=credit_assignment)
-    trainer.model.train()
-    batch = trainer._generate_and_score_completions([{"prompt": ROWS[k]["prompt"]} for k in (0, 0, 1, 1)])
+    trainer, batch, _ = episode_batch(SignalGRPOTrainer, tiny_model_dir, tokenizer, tmp_path, ROWS, rollout,
+                                      max_completion_length=300, credit_assignment=credit_assignment)
     assert trainer._metrics["train"]["agent/retry_groups"] == [0.5]
     grad = loss_gradient(trainer, batch, monkeypatch)
     ids, action = batch["completion_ids"], (batch["completion_mask"] * batch["tool_mask"]).bool()
