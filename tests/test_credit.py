@@ -6,7 +6,6 @@ token), no loss on tool-result tokens under either setting, and two GRPO steps i
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 from conftest import episode_batch, grpo_config, loss_gradient, read_jsonl
@@ -170,7 +169,6 @@ def _scripted_batch(tiny_model_dir, tokenizer, monkeypatch, tmp_path, trainer_cl
     from agentic_rl.agent.tasks import agent_rows
     from agentic_rl.agent.tool_format import ChatFormat, render_tool_call
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     scripts = SCRIPTS if scripts is None else scripts
     call = render_tool_call("calculator", {"expression": "23*47"})
     fmt = ChatFormat(tokenizer)
