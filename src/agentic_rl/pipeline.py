@@ -282,9 +282,8 @@ def _check_sections(config: PipelineConfig, root: Path | None = None) -> None:
         stage_config = resolve_stage_config(config, name, config.model, root)
         if name == "grpo" and stage_config.retry_groups:  # needs an environment that allows a second answer
             from agentic_rl.agent.settings import build_environment
-            from agentic_rl.train.grpo import check_retry_groups
 
-            check_retry_groups(stage_config, build_environment(stage_config).example)
+            build_environment(stage_config)
     resolve_stage_config(config, "eval", config.model, root)
 
 

@@ -90,7 +90,8 @@ class EnvironmentSettings:
 
 def build_environment(config: EnvironmentSettings) -> Callable[[], Any]:
     """A zero-argument factory of fresh environments for ``config`` (one instance is built now, so a bad
-    environment or argument fails before anything is written)."""
+    environment or argument fails before anything is written, and so does a stage setting the environment cannot
+    serve: GRPO's ``retry_groups`` with one answer allowed, where the environment says how many it allows)."""
     from agentic_rl.agent.env import environment_factory
 
     factory = environment_factory(config.environment, config.environment_settings(), dict(config.environment_args))
@@ -100,6 +101,11 @@ def build_environment(config: EnvironmentSettings) -> Callable[[], Any]:
         takes = ", ".join(sorted(set(config.environment_settings()) & factory.settings_used)) or "none of them"
         raise ConfigError(f"{ignored[0]} does not apply to environment '{config.environment}' (of the common "
                           f"settings it takes {takes}): drop {ignored[0]}")
+    attempts = getattr(factory.example, "allowed_attempts", None)
+    if getattr(config, "retry_groups", False) and attempts is not None and attempts < 2:
+        raise ConfigError(f"retry_groups continues episodes after a wrong answer, but environment "
+                          f"{config.environment} allows {attempts} answer per episode: allow 2 or more "
+                          "(answer_attempts in environment_args; max_turns for self_correct)")
     return factory
 
 

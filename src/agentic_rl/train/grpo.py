@@ -1,10 +1,9 @@
 """The GRPO stage: Group Relative Policy Optimization with verifiable rewards, on TRL's ``GRPOTrainer``.
 
 This module reads top to bottom: the stage's settings (:class:`GRPOConfig`), its data (:func:`load_data`, the
-rewards), then :func:`run`, which builds the trainer and trains. The trainer classes, the table that picks one
-(refill, SFT anchor, compact sampling, RLOO, environments), what they compute and the metrics they log are in
-:mod:`agentic_rl.train.grpo_trainer`; RLOO's settings in :mod:`agentic_rl.train.rloo`; difficulty selection, refill and
-the SFT anchor in :mod:`agentic_rl.train.signal`.
+rewards), then :func:`run`, which builds the trainer and trains. The trainer classes, the table that picks one, what
+they compute and the metrics they log are in :mod:`agentic_rl.train.grpo_trainer`; RLOO's settings in
+:mod:`agentic_rl.train.rloo`; difficulty selection, refill and the SFT anchor in :mod:`agentic_rl.train.signal`.
 
 The settings the Hello-Agents book recommends, where they depart from TRL's defaults: β = 0.05 against the starting
 model (TRL: 0, no reference), a learning rate in the 1e-6..1e-5 band for real models, temperature 0.9; ``--preset
@@ -180,10 +179,7 @@ class GRPOConfig(EnvironmentSettings):
                                          "anchor trains on (a pipeline: its sft stage); unset: reference solutions")
     tied_failure_weight: float = setting(0.0, "with an environment: groups whose episodes all fail alike get this x "
                                          "their batch-normalised reward as advantage, not 0 (0 = off, as TRL)")
-    retry_groups: bool = setting(False, "with an environment that gives another try after a wrong answer "
-                                 "(answer_attempts >= 2): a group whose episodes all answered wrong at first goes on "
-                                 "from one of its wrong answers, so the group compares what each episode does with "
-                                 "the feedback (agent/rollout.py)")
+    retry_groups: bool = setting(False, "answer_attempts >= 2: groups all wrong at first go on from one wrong answer")
     skip_zero_advantage_rows: bool = setting(True, "leave completions with all-zero advantages out of the loss pass "
                                              "where no gradient changes (beta 0, loss dapo/cispo/vespo, 1 process)")
 
@@ -290,9 +286,6 @@ class GRPOConfig(EnvironmentSettings):
         self.check_environment_settings()
         if self.environment is not None:
             self._validate_environment()
-        elif self.retry_groups:
-            raise ConfigError("retry_groups continues episodes after a wrong answer: it needs an environment "
-                              "(--environment)")
         check_range(self, "select_candidates", 1)
         check_credit_settings(self)
         if self.algorithm == "rloo":
@@ -326,16 +319,6 @@ class GRPOConfig(EnvironmentSettings):
 # ---------------------------------------------------------------------------------------------------------------
 # Model, data, rewards
 # ---------------------------------------------------------------------------------------------------------------
-
-def check_retry_groups(config: GRPOConfig, env: Any) -> None:
-    """``retry_groups`` needs an environment that allows a second answer (where it says how many it allows: the
-    project's ``allowed_attempts``)."""
-    attempts = getattr(env, "allowed_attempts", None)
-    if config.retry_groups and attempts is not None and attempts < 2:
-        raise ConfigError(f"retry_groups continues episodes after a wrong answer, but environment "
-                          f"{config.environment} allows {attempts} answer per episode: allow 2 or more "
-                          "(answer_attempts in environment_args; max_turns for self_correct)")
-
 
 def load_data(config: GRPOConfig, env: Any = None):
     """Training prompts (a ``datasets.Dataset`` of RL rows) and the held-out rows (a list, or None).
@@ -435,7 +418,6 @@ def run(config: GRPOConfig, *, callbacks: list | None = None) -> dict[str, Any]:
         from agentic_rl.agent.settings import build_environment
 
         env_factory = build_environment(config)  # a bad environment or argument fails here, before any output
-        check_retry_groups(config, env_factory.example)
     model, tokenizer, base_dir = load_policy(config, out)
     train, heldout = load_data(config, env_factory.example if env_factory else None)
     if env_factory is None:

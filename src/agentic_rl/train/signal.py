@@ -285,7 +285,8 @@ def sft_run_demonstrations(run_dir: str, tokenizer) -> list[tuple[list[int], lis
 
 def check_signal_settings(config: Any) -> None:
     """The GRPO stage's signal settings: refill draws, the difficulty band, the tied-failure weight (which needs
-    episodes, whose correctness it reads, and trajectory credit, whose advantages it adds to)."""
+    episodes, whose correctness it reads, and trajectory credit, whose advantages it adds to), retry groups (which
+    need episodes)."""
     if config.refill_max_draws < 0:
         raise ConfigError(f"refill_max_draws must be >= 0 (0 = off), got {config.refill_max_draws}")
     low, high = config.select_pass_rate_low, config.select_pass_rate_high
@@ -296,6 +297,9 @@ def check_signal_settings(config: Any) -> None:
     if config.tied_failure_weight and (config.environment is None or config.credit_assignment != "trajectory"):
         raise ConfigError("tied_failure_weight needs episodes in an environment (their correctness) and "
                           "credit_assignment: trajectory; set it to 0")
+    if config.retry_groups and config.environment is None:
+        raise ConfigError("retry_groups continues episodes after a wrong answer: it needs an environment "
+                          "(--environment)")
 
 
 def log_selection(rates: list[float], kept: int, samples: int, low: float, high: float) -> None:
