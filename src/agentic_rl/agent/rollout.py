@@ -254,14 +254,16 @@ def replay_turns(env: Environment, task: dict[str, Any], prompt: list[dict[str, 
     if not 0 < turns < len(episode.turn_spans):
         return None
     replay = _new_episode(env, task, prompt, settings, fmt)
+    if replay.prompt_ids != episode.prompt_ids:
+        return None
     for turn in range(turns):
         replay.context_starts.append(episode.context_starts[turn])
         start, end = episode.turn_spans[turn]
         if not _take_turn(replay, env, episode.completion_ids[start:end], tokenizer, fmt, settings):
             return None
     n = len(replay.completion_ids)
-    if (replay.prompt_ids != episode.prompt_ids or replay.completion_ids != episode.completion_ids[:n]
-            or replay.step_rewards != episode.step_rewards[:turns] or n != episode.turn_spans[turns][0]):
+    if (replay.completion_ids != episode.completion_ids[:n] or replay.step_rewards != episode.step_rewards[:turns]
+            or n != episode.turn_spans[turns][0]):
         return None
     return replay
 
